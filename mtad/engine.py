@@ -1,0 +1,259 @@
+"""The decoding loop every method shares: counters, time split, EOS / length handling.
+
+A method is a :class:`DecodingMethod` whose :meth:`~DecodingMethod.step` proposes and verifies one
+block and returns the tokens it commits (accepted draft tokens plus one token from the target).
+The :class:`Decoder` owns everything else, written once: the committed-id buffer, the seeded
+generator, the cache resets, truncation at EOS and ``max_new_tokens``, and the statistics that
+Spec-Bench-style reports need (``new_tokens``, ``wall_time``, ``accept_lengths``).
+
+Hot-path rule (after gpt-fast's ``speculative_decode``): a step computes acceptance on tensors and
+reads the accepted length with a single host sync; rollbacks are cache crops, never copies.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from mtad.models import ModelRunner, check_same_vocab
+
+
+@dataclass
+class StepResult:
+    """What one iteration commits: ``tokens`` = ``accepted`` draft tokens + 1 target token."""
+
+    tokens: torch.Tensor  # 1-D
+    drafted: int
+    accepted: int
+
+
+@dataclass
+class DecodeStats:
+    """Counters and times of one or more generations (sum them with :meth:`total`)."""
+
+    new_tokens: int = 0
+    iterations: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    time_draft: float = 0.0
+    time_verify: float = 0.0
+    wall_time: float = 0.0
+    accept_lengths: list[int] = field(default_factory=list)
+
+    @property
+    def time_other(self) -> float:
+        return max(0.0, self.wall_time - self.time_draft - self.time_verify)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def block_efficiency(self) -> float:
+        return self.new_tokens / self.target_forwards if self.target_forwards else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.iterations if self.iterations else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_time if self.wall_time else float("nan")
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1e3 * self.wall_time / self.new_tokens if self.new_tokens else float("nan")
+
+    def as_dict(self, with_lengths: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not with_lengths:
+            d.pop("accept_lengths")
+        for name in (
+            "time_other",
+            "acceptance_rate",
+            "block_efficiency",
+            "mean_accepted",
+            "tokens_per_s",
+            "ms_per_token",
+        ):
+            d[name] = getattr(self, name)
+        return d
+
+    @classmethod
+    def total(cls, parts: Sequence[DecodeStats]) -> DecodeStats:
+        out = cls()
+        for p in parts:
+            for name in (
+                "new_tokens",
+                "iterations",
+                "target_forwards",
+                "draft_forwards",
+                "drafted",
+                "accepted",
+                "time_draft",
+                "time_verify",
+                "wall_time",
+            ):
+                setattr(out, name, getattr(out, name) + getattr(p, name))
+            out.accept_lengths.extend(p.accept_lengths)
+        return out
+
+
+@dataclass
+class GenerationOutput:
+    token_ids: list[int]
+    stats: DecodeStats
+    stopped_by: str  # "eos" | "max_new_tokens" | "stop"
+
+
+class DecodeContext:
+    """Per-generation state handed to :meth:`DecodingMethod.step`."""
+
+    def __init__(
+        self,
+        target: ModelRunner,
+        draft: ModelRunner | None,
+        prompt: torch.Tensor,
+        capacity: int,
+        generator: torch.Generator,
+        stats: DecodeStats,
+    ) -> None:
+        self.target = target
+        self.draft = draft
+        self.generator = generator
+        self.stats = stats
+        self.buffer = torch.empty(capacity, dtype=torch.long, device=target.device)
+        self.buffer[: prompt.numel()] = prompt
+        self.n = prompt.numel()
+        self._sync = target.device.type == "cuda"
+
+    @property
+    def ids(self) -> torch.Tensor:
+        """The committed sequence (prompt + generated so far), 1-D."""
+        return self.buffer[: self.n]
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Attribute the enclosed wall time to ``phase`` (``"draft"`` or ``"verify"``)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._sync:
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if phase == "draft":
+                self.stats.time_draft += elapsed
+            else:
+                self.stats.time_verify += elapsed
+
+
+class DecodingMethod(ABC):
+    """One decoding algorithm. Subclasses set ``name``/``uses_draft`` and implement ``step``."""
+
+    name: ClassVar[str]
+    uses_draft: ClassVar[bool] = False
+    # Upper bound on tokens one step can commit (sizes the id buffer).
+    max_step_tokens: int = 1
+
+    @abstractmethod
+    def step(self, ctx: DecodeContext) -> StepResult: ...
+
+    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+        if self.uses_draft:
+            if draft is None:
+                raise ValueError(f"draft: method {self.name!r} needs a draft model")
+            check_same_vocab(target.model, draft.model)
+
+
+class Decoder:
+    """Runs a :class:`DecodingMethod` on a target (and draft) for one prompt at a time."""
+
+    def __init__(
+        self,
+        method: DecodingMethod,
+        target: ModelRunner,
+        draft: ModelRunner | None = None,
+        eos_token_ids: Sequence[int] = (),
+        seed: int = 0,
+    ) -> None:
+        method.check_models(target, draft)
+        self.method = method
+        self.target = target
+        self.draft = draft if method.uses_draft else None
+        self.eos_token_ids = frozenset(int(t) for t in eos_token_ids)
+        self.seed = seed
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        seed: int | None = None,
+        should_stop: Callable[[list[int]], bool] | None = None,
+    ) -> GenerationOutput:
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long).flatten().to(self.target.device)
+        if prompt.numel() == 0:
+            raise ValueError("prompt_ids: the prompt is empty; at least one token is needed")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        generator = torch.Generator(device=self.target.device)
+        generator.manual_seed(self.seed if seed is None else seed)
+        for runner in (self.target, self.draft):
+            if runner is not None:
+                runner.reset()
+        stats = DecodeStats()
+        capacity = prompt.numel() + max_new_tokens + self.method.max_step_tokens
+        ctx = DecodeContext(self.target, self.draft, prompt, capacity, generator, stats)
+        new: list[int] = []
+        stopped_by = "max_new_tokens"
+        start = time.perf_counter()
+        while len(new) < max_new_tokens:
+            result = self.method.step(ctx)
+            committed = self._commit(ctx, result, new, max_new_tokens)
+            if committed and committed[-1] in self.eos_token_ids:
+                stopped_by = "eos"
+                break
+            if should_stop is not None and should_stop(new):
+                stopped_by = "stop"
+                break
+        if self.target.device.type == "cuda":
+            torch.cuda.synchronize()
+        stats.wall_time = time.perf_counter() - start
+        stats.target_forwards = self.target.forwards
+        stats.draft_forwards = self.draft.forwards if self.draft is not None else 0
+        return GenerationOutput(new, stats, stopped_by)
+
+    def _commit(
+        self, ctx: DecodeContext, result: StepResult, new: list[int], max_new_tokens: int
+    ) -> list[int]:
+        """Append a step's tokens, cut at the first EOS and at ``max_new_tokens``.
+
+        Every method goes through here, so EOS and length limits mean the same for all. When a
+        cut drops tokens, the counters keep only what was committed: ``accepted`` becomes
+        ``committed - 1`` so that ``new_tokens == sum(accepted + 1)`` holds per iteration.
+        """
+        tokens = result.tokens.tolist()[: max_new_tokens - len(new)]
+        for i, tok in enumerate(tokens):
+            if tok in self.eos_token_ids:
+                tokens = tokens[: i + 1]
+                break
+        m = len(tokens)
+        ctx.buffer[ctx.n : ctx.n + m] = result.tokens[:m]
+        ctx.n += m
+        new.extend(tokens)
+        accepted = min(result.accepted, m - 1)
+        s = ctx.stats
+        s.iterations += 1
+        s.new_tokens += m
+        s.drafted += result.drafted
+        s.accepted += accepted
+        s.accept_lengths.append(accepted)
+        return tokens

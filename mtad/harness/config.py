@@ -1,0 +1,244 @@
+"""Structured configs of a harness run, registered in Hydra's ConfigStore, and their validation.
+
+``conf/config.yaml`` puts ``run_schema`` (:class:`RunConfig`) first in its defaults list, so every
+YAML group composed on top of it is type-checked by OmegaConf at compose time (unknown keys, wrong
+types). Value checks live in the dataclasses' ``__post_init__`` and in the method params
+dataclasses of :mod:`mtad.methods`; :func:`validate` runs all of them *before* any model loads and
+turns the first failure into a one-line :class:`ConfigError` that names the offending key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from mtad.models import ModelSpec
+
+LOGGERS = ("wandb", "none")
+WANDB_MODES = ("offline", "online", "disabled")
+ENERGY_TRACKERS = ("offline", "online", "none")
+TRACKING_MODES = ("process", "machine")
+
+
+class ConfigError(ValueError):
+    """A bad config value; ``str(err)`` is one line starting with the dotted key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+@dataclass
+class PairConfig:
+    """A (target, draft) pair; ``draft`` is null for target-only pairs."""
+
+    name: str = MISSING
+    target: ModelSpec = MISSING
+    draft: ModelSpec | None = None
+    chat_template: bool = False  # prompts go through the tokenizer's chat template
+    notes: str = ""  # provenance, e.g. "draft chosen by us"
+
+
+@dataclass
+class RuntimeConfig:
+    device: str = "cpu"
+    threads: int | None = None  # torch intra-op threads; null keeps torch's default
+    seed: int = 0
+    warmup_tokens: int = 8  # one untimed generation of this many tokens first; 0 = none
+    progress: bool = True  # tqdm bar over prompts
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
+        if self.warmup_tokens < 0:
+            raise ValueError(f"warmup_tokens must be >= 0, got {self.warmup_tokens}")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", self.device):
+            raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {self.device!r}")
+
+
+@dataclass
+class ResultsConfig:
+    root: str = "results"  # relative to the current directory unless absolute
+    study: str = "default"  # results/<study>/<signature>/; a sweep shares one study
+    skip_existing: bool = True  # a complete result folder is not run again
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_.=+-]+", self.study):
+            raise ValueError(f"study must be a plain folder name, got {self.study!r}")
+
+
+@dataclass
+class LoggerConfig:
+    """W&B: one run per harness run. ``name: none`` turns logging off."""
+
+    name: str = "wandb"
+    project: str = "mtad"
+    entity: str | None = None
+    mode: str = "offline"  # conf/logger/wandb.yaml reads $WANDB_MODE, offline when unset
+    dir: str = "."  # W&B writes <dir>/wandb/<run>
+    log_samples: bool = True  # per-sample table
+
+    def __post_init__(self) -> None:
+        if self.name not in LOGGERS:
+            raise ValueError(f"name must be one of {LOGGERS}, got {self.name!r}")
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"mode must be one of {WANDB_MODES}, got {self.mode!r}")
+
+
+@dataclass
+class EnergyConfig:
+    """codecarbon around the generation loop only. ``tracker: none`` turns it off."""
+
+    tracker: str = "offline"  # OfflineEmissionsTracker; "online" needs the codecarbon API
+    country_iso_code: str = "USA"  # offline carbon intensity; energy (kWh) does not depend on it
+    tracking_mode: str = "process"  # "machine" counts every process on the box
+    measure_power_secs: float = 15.0
+    log_level: str = "error"
+
+    def __post_init__(self) -> None:
+        if self.tracker not in ENERGY_TRACKERS:
+            raise ValueError(f"tracker must be one of {ENERGY_TRACKERS}, got {self.tracker!r}")
+        if self.tracking_mode not in TRACKING_MODES:
+            raise ValueError(
+                f"tracking_mode must be one of {TRACKING_MODES}, got {self.tracking_mode!r}"
+            )
+        if self.measure_power_secs <= 0:
+            raise ValueError(f"measure_power_secs must be > 0, got {self.measure_power_secs}")
+
+
+@dataclass
+class RunConfig:
+    """The root config. ``method`` and ``task`` are free-form here: their keys are checked by the
+    method params dataclasses (:func:`mtad.methods.build_params`) and by the task code."""
+
+    pair: PairConfig = field(default_factory=PairConfig)
+    method: dict[str, Any] = field(default_factory=dict)
+    task: dict[str, Any] = field(default_factory=dict)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    results: ResultsConfig = field(default_factory=ResultsConfig)
+    tags: list[str] = field(default_factory=list)
+
+
+def register_configs() -> None:
+    """Register the schemas (idempotent). Call before Hydra composes ``conf/config.yaml``."""
+    cs = ConfigStore.instance()
+    cs.store(name="run_schema", node=RunConfig)
+
+
+register_configs()
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+@dataclass
+class RunSpec:
+    """A validated run: typed sections plus the method's params (defaults filled in)."""
+
+    cfg: RunConfig
+    method_name: str
+    method_params: dict[str, Any]
+    task_name: str
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _key_error(prefix: str, err: BaseException, names: list[str]) -> ConfigError:
+    """``ConfigError`` for ``err`` raised while building the section at ``prefix``.
+
+    Messages of our dataclasses start with the field name ("gamma must be ..."); that field, when
+    recognisable, becomes part of the key (``method.gamma``).
+    """
+    msg = _one_line(err)
+    full_key = getattr(err, "full_key", None)  # OmegaConf errors carry it
+    if full_key:
+        return ConfigError(f"{prefix}.{full_key}".strip("."), msg)
+    m = re.match(r"(?:[\w.]+\.)?(\w+)(?::|\s)\s*(.*)", msg)
+    if m and m.group(1) in names:
+        return ConfigError(f"{prefix}.{m.group(1)}", m.group(2))
+    return ConfigError(prefix, msg)
+
+
+def _to_object(node: Any, prefix: str, cls: type) -> Any:
+    names = [f.name for f in dataclasses.fields(cls)]
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(cls), node)
+        return OmegaConf.to_object(typed)
+    except Exception as err:  # noqa: BLE001 - OmegaConf and __post_init__ raise many kinds
+        raise _key_error(prefix, err, names) from err
+
+
+def validate(cfg: DictConfig) -> RunSpec:
+    """Check every value that can be checked without loading a model; raise :class:`ConfigError`.
+
+    Builds the typed sections and the method's params dataclass (where gamma=0 or tau=1.5
+    fail), and checks that the pair has a draft when the method needs one.
+    """
+    pair_node = cfg.get("pair")
+    if pair_node is None:
+        raise ConfigError("pair", "missing")
+    pair = PairConfig(
+        name=str(pair_node.get("name", "?")),
+        target=_to_object(pair_node.get("target"), "pair.target", ModelSpec),
+        draft=(
+            None
+            if pair_node.get("draft") is None
+            else _to_object(pair_node.get("draft"), "pair.draft", ModelSpec)
+        ),
+        chat_template=bool(pair_node.get("chat_template", False)),
+        notes=str(pair_node.get("notes", "")),
+    )
+    sections = {
+        "runtime": RuntimeConfig,
+        "results": ResultsConfig,
+        "logger": LoggerConfig,
+        "energy": EnergyConfig,
+    }
+    typed = {key: _to_object(cfg.get(key, {}), key, cls) for key, cls in sections.items()}
+
+    method = OmegaConf.to_container(cfg.get("method") or {}, resolve=True)
+    assert isinstance(method, dict)
+    method_name = method.pop("name", None)
+    if not method_name:
+        raise ConfigError("method.name", "missing (pick a method: method=<name>)")
+    params = _method_params(str(method_name), method)
+
+    task = OmegaConf.to_container(cfg.get("task") or {}, resolve=True)
+    assert isinstance(task, dict)
+    task_name = task.get("name")
+    if not task_name:
+        raise ConfigError("task.name", "missing (pick a task: task=<name>)")
+
+    run_cfg = RunConfig(
+        pair=pair,
+        method={"name": method_name, **params},
+        task=task,
+        tags=list(cfg.get("tags") or []),
+        **typed,
+    )
+    return RunSpec(run_cfg, str(method_name), params, str(task_name))
+
+
+def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The method's validated params with defaults filled in (no model is built)."""
+    from mtad.methods import METHODS, build_params
+
+    if name not in METHODS:
+        raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(METHODS)}")
+    try:
+        obj = build_params(name, **params)
+    except (TypeError, ValueError) as err:
+        names = [f.name for f in dataclasses.fields(METHODS[name][0])] + sorted(params)
+        raise _key_error("method", err, names) from err
+    return dataclasses.asdict(obj)

@@ -1,0 +1,28 @@
+"""Autoregressive sampling [`ar`]: one target forward per token; the speed / perplexity baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.methods.common import SamplingParams
+from mtad.warping import sample_from_logprobs, warp_logprobs
+
+
+@dataclass
+class ARParams(SamplingParams):
+    pass
+
+
+class AutoregressiveSampling(DecodingMethod):
+    name = "ar"
+
+    def __init__(self, params: ARParams) -> None:
+        self.params = params
+
+    def step(self, ctx: DecodeContext) -> StepResult:
+        with ctx.timed("verify"):
+            logits = ctx.target.feed(ctx.ids)[0, -1]
+            logp = warp_logprobs(logits, self.params.warp)
+            token = sample_from_logprobs(logp, ctx.generator, self.params.greedy)
+        return StepResult(token.view(1), drafted=0, accepted=0)

@@ -1,0 +1,45 @@
+"""Parameters and tensor helpers shared by several methods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mtad.warping import WarpConfig
+
+
+@dataclass
+class SamplingParams:
+    """Warping shared by target and draft; the authors' defaults (T=1, top-k 10, top-p 0.9)."""
+
+    temperature: float = 1.0
+    top_k: int = 10
+    top_p: float = 0.9
+
+    def __post_init__(self) -> None:
+        self.warp = WarpConfig(self.temperature, self.top_k, self.top_p)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def check_gamma(gamma: int) -> None:
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+
+
+def check_beam_width(beam_width: int) -> None:
+    if not isinstance(beam_width, int) or beam_width < 1:
+        raise ValueError(f"beam_width must be an integer >= 1, got {beam_width!r}")
+
+
+def check_tau(tau: float) -> None:
+    if not 0.0 < tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {tau!r}")
+
+
+def leading_true_count(mask: torch.Tensor) -> torch.Tensor:
+    """Length of the all-True prefix of a 1-D bool mask, as a 0-d tensor (no host sync)."""
+    return mask.to(torch.long).cumprod(dim=0).sum()

