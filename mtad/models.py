@@ -24,10 +24,10 @@ from transformers import (
     LlamaForCausalLM,
     OPTConfig,
     OPTForCausalLM,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
-    PretrainedConfig,
 )
 
 log = logging.getLogger(__name__)
@@ -190,14 +190,13 @@ def _tiny_config(family: str, vocab_size: int, layers: int) -> PretrainedConfig:
         num_hidden_layers=layers,
         num_attention_heads=s["heads"],
         max_position_embeddings=2048,
-        bos_token_id=TINY_BOS,
-        eos_token_id=TINY_EOS,
-        pad_token_id=TINY_PAD,
     )
+    if vocab_size > TINY_PAD:  # the byte tokenizer's specials exist only in full-size vocabularies
+        common.update(bos_token_id=TINY_BOS, eos_token_id=TINY_EOS, pad_token_id=TINY_PAD)
+    else:
+        common.update(bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if family == "llama":
-        return LlamaConfig(
-            num_key_value_heads=s["kv_heads"], intermediate_size=s["ffn"], **common
-        )
+        return LlamaConfig(num_key_value_heads=s["kv_heads"], intermediate_size=s["ffn"], **common)
     if family == "opt":
         return OPTConfig(ffn_dim=s["ffn"], word_embed_proj_dim=s["hidden"], **common)
     raise ValueError(f"tiny family must be 'llama' or 'opt', got {family!r}")

@@ -40,7 +40,12 @@ class TargetBeamSampling(DecodingMethod):
         prm = self.params
         with ctx.timed("verify"):
             beams = beam_sample(
-                ctx.target, ctx.ids, prm.gamma, prm.beam_width, prm.warp, ctx.generator,
+                ctx.target,
+                ctx.ids,
+                prm.gamma,
+                prm.beam_width,
+                prm.warp,
+                ctx.generator,
                 prm.replacement,
             )
             best = beams.best

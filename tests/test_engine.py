@@ -1,0 +1,254 @@
+"""Engine correctness: SpS exactness, greedy equivalence, KV-cache fidelity, counters, errors."""
+
+from __future__ import annotations
+
+import itertools
+from statistics import NormalDist
+
+import pytest
+import torch
+
+from mtad.engine import Decoder
+from mtad.methods import build_method
+from mtad.methods.sps import SpeculativeSampling
+from mtad.models import ModelRunner, build_tiny_model, build_tiny_pair
+from mtad.warping import WarpConfig, warp_logprobs
+
+ALL_METHODS = {
+    "ar": {},
+    "sps": {"gamma": 3},
+    "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
+    "mtjd": {"gamma": 3, "beam_width": 3},
+}
+
+
+def make_decoder(pair, name: str, seed: int = 0, eos=(), **overrides) -> Decoder:
+    target, draft = pair
+    params = {**ALL_METHODS[name], **overrides}
+    return Decoder(build_method(name, **params), ModelRunner(target), ModelRunner(draft), eos, seed)
+
+
+# ---------------------------------------------------------------- 1. SpS is exact
+
+
+def chi2_critical(df: int, alpha: float) -> float:
+    """Upper ``alpha`` quantile of chi-square(df), Wilson-Hilferty approximation."""
+    z = NormalDist().inv_cdf(1 - alpha)
+    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+
+
+def exact_two_token_dist(model, prompt: list[int], warp: WarpConfig) -> torch.Tensor:
+    """P(x1, x2 | prompt) under the warped model, by enumeration: ``[V, V]``."""
+    with torch.no_grad():
+        p1 = warp_logprobs(model(torch.tensor([prompt])).logits[0, -1], warp).exp()
+        vocab = p1.shape[0]
+        seqs = torch.tensor([prompt + [v] for v in range(vocab)])
+        p2 = warp_logprobs(model(seqs).logits[:, -1], warp).exp()
+    return p1[:, None] * p2
+
+
+def chi2_statistic(counts: torch.Tensor, expected_p: torch.Tensor, n: int) -> tuple[float, int]:
+    """Pearson chi-square over cells, pooling cells with expected count < 5 into one."""
+    expected = expected_p.flatten() * n
+    observed = counts.flatten().double()
+    big = expected >= 5
+    obs = torch.cat([observed[big], observed[~big].sum().view(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    return stat, int(keep.sum()) - 1
+
+
+def sample_two_tokens(decoder: Decoder, vocab: int, runs: int) -> torch.Tensor:
+    counts = torch.zeros(vocab, vocab)
+    for seed in range(runs):
+        a, b = decoder.generate([3, 1, 4], 2, seed=seed).token_ids
+        counts[a, b] += 1
+    return counts
+
+
+VOCAB = 8
+RUNS = 1500
+BROKEN_RUNS = 800
+ALPHA = 1e-3  # false-alarm rate of the exactness test
+
+
+@pytest.fixture(scope="module")
+def stat_pair():
+    target = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=11)
+    draft = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=12)  # an unrelated draft
+    return target, draft
+
+
+def test_sps_reproduces_target_distribution(stat_pair):
+    """Chi-square goodness of fit of (x1, x2) from SpS against the target's exact joint.
+
+    Tolerance: reject at alpha = 1e-3. The same test must reject a broken acceptance rule
+    (always accept), whose output follows the draft instead; the draft is chosen far enough
+    from the target (checked) for the test to have power.
+    """
+    target, draft = stat_pair
+    warp = WarpConfig(1.0, 6, 0.95)
+    exact = exact_two_token_dist(target, [3, 1, 4], warp)
+    draft_exact = exact_two_token_dist(draft, [3, 1, 4], warp)
+    assert 0.5 * (exact - draft_exact).abs().sum() > 0.2  # the draft really differs
+
+    def run(runs: int, rule=None) -> tuple[float, float]:
+        decoder = Decoder(
+            build_method("sps", gamma=2, temperature=1.0, top_k=6, top_p=0.95),
+            ModelRunner(target),
+            ModelRunner(draft),
+        )
+        if rule is not None:
+            assert isinstance(decoder.method, SpeculativeSampling)
+            decoder.method.accept_rule = rule
+        counts = sample_two_tokens(decoder, VOCAB, runs)
+        stat, df = chi2_statistic(counts, exact, runs)
+        return stat, chi2_critical(df, ALPHA)
+
+    stat, critical = run(RUNS)
+    assert stat < critical, f"SpS output deviates from the target: chi2={stat:.1f} > {critical:.1f}"
+    broken_stat, critical = run(
+        BROKEN_RUNS, lambda lp, lq, g: torch.ones_like(lp, dtype=torch.bool)
+    )
+    assert broken_stat > critical, "the test cannot tell a broken acceptance rule apart"
+
+
+# ---------------------------------------------------------------- 2. greedy SpS == greedy AR
+
+
+@pytest.mark.parametrize("family", ["llama", "opt"])
+def test_greedy_sps_equals_greedy_ar(family: str, tiny_llama, tiny_opt):
+    pair = tiny_llama if family == "llama" else tiny_opt
+    ar = make_decoder(pair, "ar", temperature=0.0)
+    for gamma in (1, 3, 5):
+        sps = make_decoder(pair, "sps", temperature=0.0, gamma=gamma)
+        for prompt in ([1, 2, 3], [50, 60, 70, 80, 90], [7]):
+            ref = ar.generate(prompt, 40).token_ids
+            got = sps.generate(prompt, 40)
+            assert got.token_ids == ref
+    # and the draft did real work: some tokens were accepted
+    assert got.stats.accepted > 0 or family == "opt"
+
+
+# ---------------------------------------------------------------- 5. KV cache == no-cache forward
+
+
+@pytest.mark.parametrize(("name", "temperature"), list(itertools.product(ALL_METHODS, (1.0, 0.0))))
+@pytest.mark.parametrize("family", ["llama", "opt"])
+def test_cached_logits_equal_fresh_forward(name, temperature, family, tiny_llama, tiny_opt):
+    """Every logit the engine used equals a no-cache forward over the same context (fp32,
+    atol 1e-4), through rollbacks (partial acceptance) and beam reorders."""
+    pair = tiny_llama if family == "llama" else tiny_opt
+    decoder = make_decoder(pair, name, seed=5, temperature=temperature, top_k=0, top_p=1.0)
+    runners = [r for r in (decoder.target, decoder.draft) if r is not None]
+    for r in runners:
+        r.trace = []
+    out = decoder.generate([10, 20, 30, 40], 30)
+    rolled_back = any(0 < a < decoder.method.max_step_tokens - 1 for a in out.stats.accept_lengths)
+    if name in ("sps", "mtad"):
+        assert rolled_back or out.stats.accepted == 0  # exercised a partial acceptance
+    for runner in runners:
+        assert runner.trace
+        for rec in runner.trace:
+            keep = rec.logits.shape[1]
+            with torch.no_grad():
+                fresh = runner.model(rec.context_ids).logits[:, -keep:]
+            torch.testing.assert_close(rec.logits, fresh, atol=1e-4, rtol=1e-4)
+        runner.trace = None
+
+
+def test_rollback_and_reorder_are_exercised(tiny_llama):
+    """Guard for the test above: the tiny pair does produce partial acceptances."""
+    for name in ("sps", "mtad"):
+        out = make_decoder(tiny_llama, name, seed=5, top_k=0, top_p=1.0).generate([10, 20], 60)
+        assert any(0 < a < 3 for a in out.stats.accept_lengths), name
+
+
+# ---------------------------------------------------------------- 6. counters
+
+
+@pytest.mark.parametrize("name", list(ALL_METHODS))
+@pytest.mark.parametrize("max_new", [1, 17, 40])
+def test_counters_consistent(name: str, max_new: int, tiny_llama):
+    decoder = make_decoder(tiny_llama, name, seed=1)
+    out = decoder.generate([1, 2, 3, 4], max_new)
+    s = out.stats
+    assert len(out.token_ids) == s.new_tokens == max_new
+    assert s.new_tokens == sum(a + 1 for a in s.accept_lengths)
+    assert s.iterations == len(s.accept_lengths)
+    assert s.block_efficiency == pytest.approx(s.new_tokens / s.target_forwards)
+    assert s.accepted <= s.drafted
+    gamma = ALL_METHODS[name].get("gamma", 1)
+    if name in ("ar", "sps", "mtad"):
+        assert s.target_forwards == s.iterations
+    if name in ("sps", "mtad"):
+        assert s.draft_forwards == gamma * s.iterations
+    if name == "mtjd":
+        assert s.target_forwards == gamma * s.iterations
+    assert s.wall_time >= s.time_draft + s.time_verify - 1e-9
+
+
+@pytest.mark.parametrize("name", list(ALL_METHODS))
+def test_eos_stops_every_method_the_same_way(name: str, tiny_llama):
+    # Use a token the method is known to produce as EOS: output must end right there.
+    free = make_decoder(tiny_llama, name, seed=2).generate([9, 8, 7], 30).token_ids
+    eos = free[5]
+    out = make_decoder(tiny_llama, name, seed=2, eos=[eos]).generate([9, 8, 7], 30)
+    assert out.stopped_by == "eos"
+    assert out.token_ids == free[: free.index(eos) + 1]
+    assert out.stats.new_tokens == sum(a + 1 for a in out.stats.accept_lengths)
+
+
+# ---------------------------------------------------------------- 7. bad arguments
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "key"),
+    [
+        ("sps", {"gamma": 0}, "gamma"),
+        ("mtad", {"gamma": -1}, "gamma"),
+        ("mtad", {"tau": 0.0}, "tau"),
+        ("mtad", {"tau": 1.5}, "tau"),
+        ("mtad", {"beam_width": 0}, "beam_width"),
+        ("mtjd", {"beam_width": 0}, "beam_width"),
+        ("ar", {"top_p": 0.0}, "top_p"),
+        ("ar", {"temperature": -1.0}, "temperature"),
+        ("mtad", {"gama": 3}, "gama"),
+        ("nope", {}, "method"),
+    ],
+)
+def test_bad_arguments_name_the_argument(name, params, key):
+    with pytest.raises(ValueError, match=key):
+        build_method(name, **params)
+
+
+def test_vocab_mismatch_and_empty_prompt(tiny_llama):
+    target, _ = tiny_llama
+    other_draft = build_tiny_model("llama", "draft", vocab_size=300)
+    runner = ModelRunner(target)
+    with pytest.raises(ValueError, match="draft"):
+        Decoder(build_method("mtad"), runner, ModelRunner(other_draft))
+    with pytest.raises(ValueError, match="draft"):
+        Decoder(build_method("sps"), runner, None)
+    decoder = Decoder(build_method("ar"), runner)
+    with pytest.raises(ValueError, match="prompt_ids"):
+        decoder.generate([], 5)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        decoder.generate([1], 0)
+    assert runner.forwards == 0  # nothing ran
+
+
+def test_same_seed_same_output(tiny_llama):
+    for name in ALL_METHODS:
+        a = make_decoder(tiny_llama, name).generate([1, 2], 20, seed=3).token_ids
+        b = make_decoder(tiny_llama, name).generate([1, 2], 20, seed=3).token_ids
+        assert a == b, name
+
+
+def test_pair_builder_is_deterministic():
+    t1, d1 = build_tiny_pair("opt", seed=4)
+    t2, d2 = build_tiny_pair("opt", seed=4)
+    for a, b in ((t1, t2), (d1, d2)):
+        for (n1, p1), (_, p2) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+            assert torch.equal(p1, p2), n1
