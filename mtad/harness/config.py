@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,26 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str) -> None:
         self.key = key
         super().__init__(f"{key}: {message}")
+
+    @classmethod
+    def from_exception(
+        cls, prefix: str, err: BaseException, names: Sequence[str] = ()
+    ) -> ConfigError:
+        """The error ``err`` raised while building the section at ``prefix``, on one line.
+
+        OmegaConf errors carry the key (``full_key``). Messages of the project's dataclasses
+        start with the field name ("gamma must be ...") or with the dotted key
+        ("task.limit must be ..."); either becomes part of the key (``method.gamma``).
+        """
+        lines = str(err).strip().splitlines()
+        msg = lines[0] if lines else type(err).__name__
+        full_key = getattr(err, "full_key", None)
+        if full_key:
+            return cls(f"{prefix}.{full_key}", msg)
+        m = re.match(rf"({re.escape(prefix)}\.)?(\w+)(?::\s*|\s+)(.*)", msg)
+        if m and (m.group(1) or m.group(2) in names):
+            return cls(f"{prefix}.{m.group(2)}", m.group(3))
+        return cls(prefix, msg)
 
 
 @dataclass
@@ -149,34 +170,13 @@ class RunSpec:
     task_name: str
 
 
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
-
-
-def _key_error(prefix: str, err: BaseException, names: list[str]) -> ConfigError:
-    """``ConfigError`` for ``err`` raised while building the section at ``prefix``.
-
-    Messages of our dataclasses start with the field name ("gamma must be ..."); that field, when
-    recognisable, becomes part of the key (``method.gamma``).
-    """
-    msg = _one_line(err)
-    full_key = getattr(err, "full_key", None)  # OmegaConf errors carry it
-    if full_key:
-        return ConfigError(f"{prefix}.{full_key}".strip("."), msg)
-    m = re.match(r"(?:[\w.]+\.)?(\w+)(?::|\s)\s*(.*)", msg)
-    if m and m.group(1) in names:
-        return ConfigError(f"{prefix}.{m.group(1)}", m.group(2))
-    return ConfigError(prefix, msg)
-
-
 def _to_object(node: Any, prefix: str, cls: type) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     try:
         typed = OmegaConf.merge(OmegaConf.structured(cls), node)
         return OmegaConf.to_object(typed)
     except Exception as err:  # noqa: BLE001 - OmegaConf and __post_init__ raise many kinds
-        raise _key_error(prefix, err, names) from err
+        raise ConfigError.from_exception(prefix, err, names) from err
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -240,5 +240,5 @@ def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
         obj = build_params(name, **params)
     except (TypeError, ValueError) as err:
         names = [f.name for f in dataclasses.fields(METHODS[name][0])] + sorted(params)
-        raise _key_error("method", err, names) from err
+        raise ConfigError.from_exception("method", err, names) from err
     return dataclasses.asdict(obj)

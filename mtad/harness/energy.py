@@ -1,0 +1,127 @@
+"""Energy of the generation loop with codecarbon (model loading and scoring stay outside).
+
+:class:`EnergyMeter` does codecarbon's slow parts (import, hardware probing) in ``prepare()``,
+before the timed region, so that ``start()``/``stop()`` around generation cost milliseconds. The
+result records *how* energy was measured, because on a machine without RAPL (like our CI boxes)
+the CPU figure is a load-based estimate, not a measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from mtad.harness.config import EnergyConfig
+
+log = logging.getLogger(__name__)
+
+# codecarbon's CPU modes -> what they mean for the reader of a result.
+CPU_MODES = {
+    "intel_rapl": "rapl",
+    "windows_emi": "rapl",
+    "intel_power_gadget": "power_gadget",
+    "cpu_load": "load_estimate",
+    "constant": "tdp_estimate",
+}
+
+J_PER_KWH = 3.6e6
+
+
+class EnergyMeter:
+    """Wraps one codecarbon tracker; ``tracker: none`` makes every call a no-op."""
+
+    def __init__(self, cfg: EnergyConfig) -> None:
+        self.cfg = cfg
+        self.tracker: Any = None
+        self.init_s = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.tracker != "none"
+
+    def prepare(self) -> None:
+        if not self.enabled:
+            return
+        start = time.perf_counter()
+        from codecarbon import EmissionsTracker, OfflineEmissionsTracker
+
+        common: dict[str, Any] = {
+            "save_to_file": False,
+            "log_level": self.cfg.log_level,
+            "measure_power_secs": self.cfg.measure_power_secs,
+            "tracking_mode": self.cfg.tracking_mode,
+            "allow_multiple_runs": True,  # sweeps in parallel (joblib) run several trackers
+        }
+        if self.cfg.tracker == "offline":
+            self.tracker = OfflineEmissionsTracker(
+                country_iso_code=self.cfg.country_iso_code, **common
+            )
+        else:
+            self.tracker = EmissionsTracker(**common)
+        # Hardware probing (cached per process by codecarbon) otherwise happens in start().
+        ready = getattr(self.tracker, "_ensure_hardware_ready", None)
+        if callable(ready):
+            ready()
+        self.init_s = time.perf_counter() - start
+
+    def start(self) -> None:
+        if self.tracker is not None:
+            self.tracker.start()
+
+    def stop(self, new_tokens: int) -> dict[str, Any]:
+        """Stop measuring; the ``energy`` block of metrics.json."""
+        if self.tracker is None:
+            return {"tracker": "none"}
+        self.tracker.stop()
+        data = getattr(self.tracker, "final_emissions_data", None)
+        if data is None:  # codecarbon swallows its own errors; say so rather than guess
+            return {"tracker": self.cfg.tracker, "error": "codecarbon returned no data"}
+        kwh = float(data.energy_consumed)
+        return {
+            "tracker": self.cfg.tracker,
+            "kwh": kwh,
+            "joules": kwh * J_PER_KWH,
+            "j_per_token": kwh * J_PER_KWH / new_tokens if new_tokens else None,
+            "cpu_kwh": float(data.cpu_energy),
+            "gpu_kwh": float(data.gpu_energy),
+            "ram_kwh": float(data.ram_energy),
+            "cpu_power_w": float(data.cpu_power),
+            "gpu_power_w": float(data.gpu_power),
+            "ram_power_w": float(data.ram_power),
+            "duration_s": float(data.duration),
+            "emissions_kg": float(data.emissions),
+            "country_iso_code": data.country_iso_code,
+            "tracking_mode": data.tracking_mode,
+            **self.modes(),
+            "init_s": self.init_s,
+        }
+
+    def close(self) -> None:
+        """Stop a started tracker without reporting (the run failed)."""
+        if self.tracker is not None and getattr(self.tracker, "_start_time", None) is not None:
+            self.tracker.stop()
+
+    def modes(self) -> dict[str, Any]:
+        """How each component was measured: ``cpu_mode`` (rapl / load_estimate / ...),
+        ``gpu_mode`` (nvml or none) and ``ram_mode`` (always an estimate), plus codecarbon's
+        own hardware descriptions."""
+        hardware = list(getattr(self.tracker, "_hardware", []) or [])
+        cpu_mode, gpu_mode, ram_mode = "none", "none", "none"
+        for hw in hardware:
+            kind = type(hw).__name__
+            if kind == "CPU":
+                raw = str(getattr(hw, "_mode", "unknown"))
+                cpu_mode = CPU_MODES.get(raw, raw)
+            elif kind == "GPU":
+                gpu_mode = "amdsmi" if "amd" in hw.description().lower() else "nvml"
+            elif kind == "RAM":
+                ram_mode = "estimate"
+            elif kind in ("AppleSiliconChip", "Raspberry"):
+                cpu_mode = kind.lower()
+        return {
+            "cpu_mode": cpu_mode,
+            "gpu_mode": gpu_mode,
+            "ram_mode": ram_mode,
+            "hardware": [hw.description() for hw in hardware],
+        }

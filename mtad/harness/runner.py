@@ -1,0 +1,394 @@
+"""One harness run: validate, skip if done, load, generate (timed + metered), score, write.
+
+Order matters for honest numbers and cheap failures:
+
+1. :func:`mtad.harness.config.validate` checks every value (method params included) before
+   anything heavy happens; the run signature is computed and a complete result folder means
+   the run is skipped.
+2. Models load, then W&B and codecarbon initialise (seconds each, recorded in ``overhead_s``),
+   then one short untimed warm-up generation.
+3. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
+   is the decoder's own clock (``DecodeStats``), summed over prompts.
+4. Scoring (downstream score, perplexity by a separate target forward) happens after.
+5. ``config.yaml``, ``samples.jsonl``, ``environment.json`` and finally ``metrics.json`` are
+   written atomically; then W&B gets the summary and the per-sample table.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from mtad.harness.config import ConfigError, RunSpec, validate
+from mtad.harness.energy import EnergyMeter
+from mtad.harness.results import (
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    environment,
+    is_complete,
+    result_dir,
+    write_atomic,
+    write_json,
+    write_jsonl,
+)
+from mtad.harness.signature import run_signature
+from mtad.harness.wandb_logger import make_logger
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# Per-generation decoder counters copied into every samples.jsonl line.
+SAMPLE_STATS = (
+    "new_tokens",
+    "iterations",
+    "target_forwards",
+    "draft_forwards",
+    "drafted",
+    "accepted",
+    "acceptance_rate",
+    "block_efficiency",
+    "mean_accepted",
+    "time_draft",
+    "time_verify",
+    "time_other",
+    "wall_time",
+    "tokens_per_s",
+    "ms_per_token",
+)
+
+
+@dataclass
+class RunOutcome:
+    status: str  # "done" | "skipped"
+    signature: str
+    result_dir: Path
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def pointer(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "signature": self.signature,
+            "result_dir": str(self.result_dir.resolve()),
+        }
+
+
+@dataclass
+class Prepared:
+    """A validated run before any model loads: what to run and where its results go."""
+
+    spec: RunSpec
+    config: dict[str, Any]  # resolved; method params with defaults filled in
+    task: Any  # mtad.tasks.base.Task
+    method: Any  # mtad.engine.DecodingMethod (holds no model)
+    signature: str
+    result_dir: Path
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Validate ``cfg``, build the method and the task (its data, no model). Raises
+    :class:`ConfigError`."""
+    from mtad.methods import build_method
+
+    spec = validate(cfg)
+    task = build_task(spec)
+    method = build_method(spec.method_name, **spec.method_params)
+    if method.uses_draft and spec.cfg.pair.draft is None:
+        raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    config.pop("hydra", None)
+    config["method"] = {"name": spec.method_name, **spec.method_params}
+    # What the task says identifies its data (file hashes, subset) joins the hashed config.
+    config["task_data"] = task.signature()
+    signature = run_signature(config)
+    folder = result_dir(spec.cfg.results.root, spec.cfg.results.study, signature)
+    return Prepared(spec, config, task, method, signature, folder)
+
+
+def build_task(spec: RunSpec) -> Any:
+    """The task of ``spec``; ``chat_template: auto`` follows the pair's ``chat_template``."""
+    from mtad.tasks import build_task as build
+
+    options = dict(spec.cfg.task)
+    if options.get("chat_template", "auto") == "auto":
+        options["chat_template"] = spec.cfg.pair.chat_template
+    try:
+        task = build(options)
+        task.samples()  # reads the data: a missing file fails here, before any model loads
+    except (TypeError, ValueError, OSError) as err:
+        raise ConfigError.from_exception("task", err) from err
+    return task
+
+
+def run(cfg: DictConfig) -> RunOutcome:
+    """Run one configured run, or skip it when its result folder is complete."""
+    t0 = time.perf_counter()
+    prep = prepare(cfg)
+    rc = prep.spec.cfg
+    if rc.results.skip_existing and is_complete(prep.result_dir):
+        print(f"skip {prep.result_dir} (complete)")
+        return RunOutcome("skipped", prep.signature, prep.result_dir)
+    overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
+
+    import torch
+
+    if rc.runtime.threads is not None:
+        torch.set_num_threads(rc.runtime.threads)
+    torch.manual_seed(rc.runtime.seed)
+
+    with _timer(overhead, "load_models"):
+        pair = _load_pair(prep)
+    generator = _generator(prep, pair)
+
+    logger = make_logger(rc.logger)
+    energy = EnergyMeter(rc.energy)
+    logger.start(
+        name=prep.signature,
+        group=rc.results.study,
+        job_type=prep.spec.method_name,
+        config={**prep.config, "signature": prep.signature},
+        tags=list(rc.tags),
+    )
+    overhead["wandb_init"] = logger.init_s
+    try:
+        energy.prepare()
+        overhead["energy_init"] = energy.init_s
+        with _timer(overhead, "warmup"):
+            _warmup(prep, generator)
+
+        with _progress(prep) as progress, _timer(overhead, "generate_loop"):
+            energy.start()
+            outputs = prep.task.generate(generator, pair.tokenizer, progress=progress)
+            stats = _total_stats(outputs)
+            energy_block = energy.stop(stats.new_tokens)
+
+        with _timer(overhead, "score"):
+            from mtad.tasks.base import score_outputs
+
+            scored = score_outputs(prep.task, outputs, pair.target.model)
+        records = [
+            _sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)
+        ]
+        metrics = _metrics(prep, stats, scored.metrics, energy_block, records, overhead)
+        metrics["wandb"] = logger.info()
+        _write(prep, records, metrics)
+        logger.log_result(_wandb_summary(metrics), records)
+        logger.finish()
+    except BaseException:
+        energy.close()
+        logger.finish(exit_code=1)
+        raise
+    outcome = RunOutcome("done", prep.signature, prep.result_dir, metrics)
+    _print_summary(outcome)
+    return outcome
+
+
+def run_from_hydra(cfg: DictConfig) -> RunOutcome:
+    """``run`` plus the pointer file the sweep summary reads (in Hydra's job folder)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from mtad.harness.callbacks import write_pointer
+
+    outcome = run(cfg)
+    write_pointer(HydraConfig.get().runtime.output_dir, outcome.pointer())
+    return outcome
+
+
+# --------------------------------------------------------------------------------------------
+# pieces
+
+
+class _timer:
+    def __init__(self, into: dict[str, float], key: str) -> None:
+        self.into, self.key = into, key
+
+    def __enter__(self) -> None:
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.into[self.key] = time.perf_counter() - self.t
+
+
+def _load_pair(prep: Prepared) -> Any:
+    """Target, and the draft only when the method uses one."""
+    from mtad.models import load_pair
+
+    pair = prep.spec.cfg.pair
+    draft = pair.draft if prep.method.uses_draft else None
+    return load_pair(pair.target, draft, prep.spec.cfg.runtime.device)
+
+
+def _generator(prep: Prepared, pair: Any) -> Any:
+    from mtad.engine import Decoder
+    from mtad.tasks.base import TextGenerator
+
+    seed = prep.spec.cfg.runtime.seed
+    decoder = Decoder(prep.method, pair.target, pair.draft, eos_token_ids=_eos_ids(pair), seed=seed)
+    return TextGenerator(decoder, pair.tokenizer, seed=seed)
+
+
+def _eos_ids(pair: Any) -> list[int]:
+    """The tokenizer's EOS plus the target's generation-config EOS ids (chat models add
+    end-of-turn tokens there)."""
+    ids: set[int] = set()
+    eos = getattr(pair.tokenizer, "eos_token_id", None)
+    if eos is not None:
+        ids.add(int(eos))
+    gen_cfg = getattr(pair.target.model, "generation_config", None)
+    extra = getattr(gen_cfg, "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif isinstance(extra, (list, tuple)):
+        ids.update(int(e) for e in extra)
+    return sorted(ids)
+
+
+def _warmup(prep: Prepared, generator: Any) -> None:
+    """One short generation on the first prompt: lazy initialisation out of the timed loop."""
+    n = prep.spec.cfg.runtime.warmup_tokens
+    samples = prep.task.samples()
+    if n <= 0 or not samples:
+        return
+    prompt, special = prep.task.build_prompt(samples[0], generator.tokenizer)
+    generator(prompt, max_new_tokens=n, add_special_tokens=special, key="warmup")
+
+
+class _progress:
+    """A tqdm bar over prompts fed by the task's ``progress(done, total)`` callback."""
+
+    def __init__(self, prep: Prepared) -> None:
+        self.prep = prep
+        self.bar: Any = None
+        self.done = 0
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        from tqdm.auto import tqdm
+
+        spec = self.prep.spec
+        self.bar = tqdm(
+            total=len(self.prep.task.samples()),
+            desc=f"{spec.method_name} {spec.cfg.pair.name} {spec.task_name}",
+            unit="prompt",
+            disable=not spec.cfg.runtime.progress,
+            leave=False,
+            dynamic_ncols=True,
+        )
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
+def _total_stats(outputs: list[Any]) -> Any:
+    from mtad.tasks.base import total_stats
+
+    return total_stats(outputs)
+
+
+def _sample_stats(output: Any) -> dict[str, Any]:
+    from mtad.engine import DecodeStats
+
+    stats = DecodeStats.total([g.stats for g in output.generations if g.stats is not None])
+    d = stats.as_dict(with_lengths=True)
+    row = {k: d[k] for k in SAMPLE_STATS}
+    row["accept_lengths"] = d["accept_lengths"]
+    row["prompt_tokens"] = sum(len(g.prompt_ids) for g in output.generations)
+    row["turns"] = len(output.generations)
+    return row
+
+
+def _sample_record(record: dict[str, Any], output: Any) -> dict[str, Any]:
+    """The task's record (id, output text, its scores) plus the sample's decode counters.
+
+    The task's ``new_tokens`` (tokens kept up to the stop string, what is scored) is renamed
+    ``output_tokens``; ``new_tokens`` is what the decoder generated, as in ``DecodeStats``.
+    """
+    row = dict(record)
+    if "new_tokens" in row:
+        row["output_tokens"] = row.pop("new_tokens")
+    row.update(_sample_stats(output))
+    return row
+
+
+def _metrics(
+    prep: Prepared,
+    stats: Any,
+    task_metrics: dict[str, Any],
+    energy: dict[str, Any],
+    records: list[dict[str, Any]],
+    overhead: dict[str, float],
+) -> dict[str, Any]:
+    rc = prep.spec.cfg
+    import torch
+
+    metrics: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "study": rc.results.study,
+        "signature": prep.signature,
+        "pair": rc.pair.name,
+        "method": prep.spec.method_name,
+        "task": prep.spec.task_name,
+        "seed": rc.runtime.seed,
+        "device": rc.runtime.device,
+        "threads": torch.get_num_threads(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "params": dict(prep.spec.method_params),
+        "n_samples": len(records),
+        "output_tokens": sum(int(r.get("output_tokens", 0)) for r in records),
+    }
+    metrics.update(stats.as_dict())
+    metrics.update(task_metrics)
+    score_key = getattr(prep.task, "primary_metric", None)
+    if score_key and score_key in task_metrics:
+        metrics["score"] = task_metrics[score_key]
+        metrics["score_name"] = score_key
+    metrics["energy"] = energy
+    metrics["overhead_s"] = overhead
+    return metrics
+
+
+def _write(prep: Prepared, records: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
+    folder = prep.result_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
+    write_atomic(folder / CONFIG_FILE, config_text)
+    write_jsonl(folder / SAMPLES_FILE, records)
+    write_json(folder / ENVIRONMENT_FILE, environment())
+    write_json(folder / METRICS_FILE, metrics)  # last: its presence marks the folder complete
+
+
+def _wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Scalars for ``run.summary``: flat metrics plus ``energy/...`` and ``overhead/...``."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                if isinstance(v, (int, float, str, bool)) or v is None:
+                    out[f"{key}/{sub}"] = v
+        elif isinstance(value, (int, float, str, bool)):
+            out[key] = value
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
+    }
+
+
+def _print_summary(outcome: RunOutcome) -> None:
+    from mtad.harness.summary import print_run
+
+    print_run(outcome.metrics, f"{outcome.signature} -> {outcome.result_dir}")
+
+
+__all__ = ["Prepared", "RunOutcome", "prepare", "run", "run_from_hydra"]

@@ -1,0 +1,106 @@
+"""W&B: one run per harness run with the resolved config, summary metrics and a sample table.
+
+Offline by default (``logger.mode`` reads ``$WANDB_MODE``); ``wandb sync`` uploads later.
+``logger=none`` gives :class:`NullLogger`. ``wandb`` is imported only when used: its import and
+``init`` cost about two seconds, which the runner keeps out of the timed region and records.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from mtad.harness.config import LoggerConfig
+
+
+class NullLogger:
+    init_s = 0.0
+    run_dir: str | None = None
+    run_id: str | None = None
+
+    def start(
+        self, name: str, group: str, job_type: str, config: dict[str, Any], tags: list[str]
+    ) -> None:
+        pass
+
+    def log_result(self, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        pass
+
+    def finish(self, exit_code: int = 0) -> None:
+        pass
+
+    def info(self) -> dict[str, Any]:
+        return {"logger": "none"}
+
+
+class WandbLogger(NullLogger):
+    def __init__(self, cfg: LoggerConfig) -> None:
+        self.cfg = cfg
+        self.run: Any = None
+
+    def start(
+        self, name: str, group: str, job_type: str, config: dict[str, Any], tags: list[str]
+    ) -> None:
+        t0 = time.perf_counter()
+        import wandb
+
+        Path(self.cfg.dir).mkdir(parents=True, exist_ok=True)
+        settings = wandb.Settings(
+            console="off",  # the console stays ours; results are in the result folder
+            x_disable_stats=True,  # no system-metrics sampler competing with the timed loop
+            silent=True,
+        )
+        self.run = wandb.init(
+            project=self.cfg.project,
+            entity=self.cfg.entity,
+            mode=self.cfg.mode,
+            dir=self.cfg.dir,
+            name=name,
+            group=group,
+            job_type=job_type,
+            tags=tags,
+            config=config,
+            settings=settings,
+            reinit="finish_previous",  # several runs per process in a basic-launcher sweep
+        )
+        self.run_id = self.run.id
+        # run.dir is <run folder>/files; the run folder holds run-<id>.wandb
+        self.run_dir = str(Path(self.run.dir).parent)
+        self.init_s = time.perf_counter() - t0
+
+    def log_result(self, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        if self.run is None:
+            return
+        import wandb
+
+        self.run.summary.update(summary)
+        if self.cfg.log_samples and samples:
+            columns = list(samples[0])
+            data = [[_cell(row.get(c)) for c in columns] for row in samples]
+            self.run.log({"samples": wandb.Table(columns=columns, data=data)})
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=exit_code)
+            self.run = None
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "logger": "wandb",
+            "mode": self.cfg.mode,
+            "run_id": self.run_id,
+            "run_dir": self.run_dir,
+            "init_s": self.init_s,
+        }
+
+
+def _cell(value: Any) -> Any:
+    # W&B tables take scalars and strings; lists (accept lengths) become strings.
+    if isinstance(value, (list, tuple, dict)):
+        return str(value)
+    return value
+
+
+def make_logger(cfg: LoggerConfig) -> NullLogger:
+    return NullLogger() if cfg.name == "none" or cfg.mode == "disabled" else WandbLogger(cfg)

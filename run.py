@@ -1,0 +1,42 @@
+#!/usr/bin/env python
+"""Hydra entry point of the MTAD harness: one run, or a sweep with ``-m``.
+
+    python run.py                                  # pair=smollm2 method=mtad task=prompts
+    python run.py +experiment=llama70b --cfg job   # print a preset's full config
+    python run.py -m +experiment=smoke method.gamma=2,3 method.tau=0.3,0.6
+
+Results: ``results/<study>/<signature>/`` (see ``mtad/harness/runner.py``). Bad values stop the
+run before any model loads, with one line on stderr naming the key, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from mtad.harness.cli import check_group_choices, report_config_error
+from mtad.harness.config import ConfigError, register_configs
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from mtad.harness.runner import run_from_hydra
+
+    try:
+        run_from_hydra(cfg)
+    except ConfigError as err:
+        report_config_error(err)
+
+
+if __name__ == "__main__":
+    try:
+        check_group_choices(sys.argv[1:], CONF_DIR)
+    except ConfigError as err:
+        report_config_error(err)
+    register_configs()
+    main()
