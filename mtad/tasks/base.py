@@ -1,0 +1,394 @@
+"""The task interface: samples in, text generations out, scores back.
+
+A run does three things with a :class:`Task`, in two phases so that speed and energy are measured
+over decoding only:
+
+1. ``outputs = task.generate(generator, tokenizer)``: every sample of the selected subset
+   (``limit`` / ``offset``) is rendered to a prompt (the tokenizer's chat template for chat
+   models, raw text otherwise) and decoded by a :class:`TextGenerator` wrapping the engine's
+   ``Decoder``; multi-turn samples (MT-Bench) run one generation per turn with the history.
+2. ``result = score_outputs(task, outputs, target_model)``: the task's downstream score
+   (:meth:`Task.score`) plus perplexity under the target (:func:`mtad.quality.score_perplexity`).
+
+Records are flat dicts (one per sample) and metrics a flat dict, so a results table is one
+``pandas.DataFrame(result.records)`` away.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+CHAT_MODES = ("auto", True, False)
+
+
+@dataclass
+class Sample:
+    """One prompt of a task.
+
+    ``turns`` are the user messages (one for most tasks, two for MT-Bench). ``raw_prompt`` is the
+    plain-text prompt used without a chat template (defaults to the first turn), and
+    ``assistant_prefix`` is text the assistant's reply starts with in chat mode (e.g. an opened
+    code fence), generated from rather than by the model.
+    """
+
+    id: str
+    turns: list[str]
+    raw_prompt: str | None = None
+    assistant_prefix: str = ""
+    system: str | None = None
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int = 256
+    reference: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Generation:
+    """One decoded reply.
+
+    ``output_ids`` are the generated tokens up to the one that completes the first stop string
+    (or up to EOS / the length limit): what perplexity scores. Tokens a block method emitted past
+    the stop string are dropped here so that every method is scored on the same text; they still
+    count in ``stats`` (the decoder's speed counters) and in ``n_generated``.
+    """
+
+    prompt: str
+    text: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    stopped_by: str
+    n_generated: int
+    stats: Any = None  # mtad.engine.DecodeStats
+
+    @classmethod
+    def from_text(cls, text: str, prompt: str = "") -> Generation:
+        """A generation known only by its text (re-scoring saved outputs, tests)."""
+        return cls(prompt, text, [], [], "unknown", 0)
+
+
+@dataclass
+class SampleOutput:
+    sample: Sample
+    generations: list[Generation]
+
+    @property
+    def text(self) -> str:
+        """The final reply (the last turn's)."""
+        return self.generations[-1].text if self.generations else ""
+
+    @classmethod
+    def from_texts(cls, sample: Sample, texts: Sequence[str]) -> SampleOutput:
+        return cls(sample, [Generation.from_text(t) for t in texts])
+
+
+@dataclass
+class TaskResult:
+    records: list[dict[str, Any]]
+    metrics: dict[str, Any]
+
+
+class _DecoderLike(Protocol):
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        seed: int | None = None,
+        should_stop: Callable[[list[int]], bool] | None = None,
+    ) -> Any: ...
+
+
+def derive_seed(seed: int, key: str) -> int:
+    """A per-sample seed: the same sample gets the same seed whatever subset it runs in."""
+    return zlib.crc32(f"{seed}/{key}".encode()) & 0x7FFFFFFF
+
+
+def first_stop(text: str, stop: Sequence[str]) -> int:
+    """Index of the earliest stop string in ``text`` (``-1`` if none)."""
+    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return min(hits) if hits else -1
+
+
+class TextGenerator:
+    """Text in, :class:`Generation` out, around the engine's ``Decoder``.
+
+    Tokenizes the prompt, stops the decoder as soon as a stop string appears in the decoded
+    continuation, cuts the text at the stop string, and decodes continuations in the context of
+    the last prompt tokens (SentencePiece tokenizers drop a leading space when a continuation is
+    decoded alone, which would break Python indentation).
+    """
+
+    def __init__(
+        self, decoder: _DecoderLike, tokenizer: PreTrainedTokenizerBase, seed: int = 0
+    ) -> None:
+        self.decoder = decoder
+        self.tokenizer = tokenizer
+        self.seed = seed
+
+    def decode(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> str:
+        ctx = list(prompt_ids[-4:])
+        if not ctx:
+            return self.tokenizer.decode(list(output_ids), skip_special_tokens=True)
+        head = self.tokenizer.decode(ctx, skip_special_tokens=True)
+        full = self.tokenizer.decode(ctx + list(output_ids), skip_special_tokens=True)
+        if full.startswith(head):
+            return full[len(head) :]
+        return self.tokenizer.decode(list(output_ids), skip_special_tokens=True)
+
+    def __call__(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        add_special_tokens: bool = True,
+        key: str = "",
+        max_prompt_tokens: int | None = None,
+    ) -> Generation:
+        """Decode a reply to ``prompt``; ``key`` names the sample (its seed derives from it) and
+        ``max_prompt_tokens`` keeps only the prompt's last tokens."""
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=add_special_tokens)["input_ids"]
+        if max_prompt_tokens is not None:
+            prompt_ids = prompt_ids[-max_prompt_tokens:]
+        stop = tuple(s for s in stop if s)
+        should_stop = None
+        if stop:
+
+            def should_stop(new_ids: list[int]) -> bool:
+                return first_stop(self.decode(prompt_ids, new_ids), stop) >= 0
+
+        out = self.decoder.generate(
+            prompt_ids,
+            max_new_tokens,
+            seed=derive_seed(self.seed, key),
+            should_stop=should_stop,
+        )
+        ids = list(out.token_ids)
+        text = self.decode(prompt_ids, ids)
+        cut = first_stop(text, stop)
+        kept = ids
+        if cut >= 0:
+            text = text[:cut]
+            # Drop tokens past the one that completes the stop string.
+            while len(kept) > 1 and first_stop(self.decode(prompt_ids, kept[:-1]), stop) >= 0:
+                kept = kept[:-1]
+        return Generation(
+            prompt=prompt,
+            text=text,
+            prompt_ids=list(prompt_ids),
+            output_ids=kept,
+            stopped_by="stop" if cut >= 0 else out.stopped_by,
+            n_generated=len(ids),
+            stats=out.stats,
+        )
+
+
+def plain_conversation(turns: Sequence[str], answers: Sequence[str], system: str | None) -> str:
+    """A chat rendered as plain text, for models without a chat template (base models)."""
+    parts = [system.strip() + "\n\n"] if system else []
+    for i, turn in enumerate(turns):
+        parts.append(f"### User:\n{turn}\n\n### Assistant:\n")
+        if i < len(answers):
+            parts.append(f"{answers[i]}\n\n")
+    return "".join(parts)
+
+
+class Task(abc.ABC):
+    """A downstream task. Subclasses set ``name`` and implement :meth:`load_samples` and
+    :meth:`score`; :meth:`run_sample` is the hook for tasks that drive generation differently.
+
+    Common options (every ``conf/task/*.yaml``): ``limit`` / ``offset`` select the subset
+    ``samples[offset : offset + limit]`` (part of the run signature), ``chat_template``
+    (``auto``: use the tokenizer's chat template when it has one), ``max_new_tokens``.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int = 0,
+        chat_template: str | bool = "auto",
+        max_new_tokens: int = 256,
+    ) -> None:
+        if limit is not None and limit < 0:
+            raise ValueError(f"task.limit must be >= 0 or null, got {limit}")
+        if offset < 0:
+            raise ValueError(f"task.offset must be >= 0, got {offset}")
+        if chat_template not in CHAT_MODES:
+            raise ValueError(f"task.chat_template must be auto, true or false: {chat_template!r}")
+        if max_new_tokens < 1:
+            raise ValueError(f"task.max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.limit = limit
+        self.offset = offset
+        self.chat_template = chat_template
+        self.max_new_tokens = max_new_tokens
+        self._samples: list[Sample] | None = None
+
+    # ----------------------------------------------------------------------------- samples
+
+    @abc.abstractmethod
+    def load_samples(self) -> list[Sample]:
+        """Every sample of the task, in a fixed order."""
+
+    def samples(self) -> list[Sample]:
+        """The selected subset (``offset`` / ``limit``)."""
+        if self._samples is None:
+            everything = self.load_samples()
+            end = None if self.limit is None else self.offset + self.limit
+            self._samples = everything[self.offset : end]
+            if self.offset and not self._samples:
+                raise ValueError(
+                    f"task.offset={self.offset} is past the end of {self.name} "
+                    f"({len(everything)} samples)"
+                )
+        return self._samples
+
+    def signature(self) -> dict[str, Any]:
+        """What identifies the evaluated data (goes into the run signature)."""
+        return {"task": self.name, "limit": self.limit, "offset": self.offset}
+
+    # ------------------------------------------------------------------------------ prompts
+
+    def use_chat(self, tokenizer: PreTrainedTokenizerBase) -> bool:
+        if self.chat_template == "auto":
+            return bool(getattr(tokenizer, "chat_template", None))
+        if self.chat_template and not getattr(tokenizer, "chat_template", None):
+            raise ValueError("task.chat_template is true but the tokenizer has no chat template")
+        return bool(self.chat_template)
+
+    def build_prompt(
+        self,
+        sample: Sample,
+        tokenizer: PreTrainedTokenizerBase,
+        answers: Sequence[str] = (),
+    ) -> tuple[str, bool]:
+        """The prompt text for the next turn after ``answers``, and whether the tokenizer should
+        add its special tokens (False for chat-templated text, which already carries them)."""
+        n = len(answers) + 1
+        if self.use_chat(tokenizer):
+            messages: list[dict[str, str]] = []
+            if sample.system:
+                messages.append({"role": "system", "content": sample.system})
+            for i, turn in enumerate(sample.turns[:n]):
+                messages.append({"role": "user", "content": turn})
+                if i < len(answers):
+                    messages.append({"role": "assistant", "content": answers[i]})
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            return text + (sample.assistant_prefix if n == len(sample.turns) else ""), False
+        if len(sample.turns) == 1:
+            return sample.raw_prompt if sample.raw_prompt is not None else sample.turns[0], True
+        return plain_conversation(sample.turns[:n], answers, sample.system), True
+
+    # --------------------------------------------------------------------------- generation
+
+    def run_sample(
+        self, sample: Sample, generator: TextGenerator, tokenizer: PreTrainedTokenizerBase
+    ) -> SampleOutput:
+        """Generate every turn of ``sample`` (each turn sees the previous answers)."""
+        generations: list[Generation] = []
+        for turn in range(len(sample.turns)):
+            prompt, special = self.build_prompt(sample, tokenizer, [g.text for g in generations])
+            generations.append(
+                generator(
+                    prompt,
+                    max_new_tokens=sample.max_new_tokens,
+                    stop=sample.stop,
+                    add_special_tokens=special,
+                    key=f"{self.name}/{sample.id}/{turn}",
+                )
+            )
+        return SampleOutput(sample, generations)
+
+    def generate(
+        self,
+        generator: TextGenerator,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[SampleOutput]:
+        tokenizer = tokenizer if tokenizer is not None else generator.tokenizer
+        samples = self.samples()
+        outputs = []
+        for i, sample in enumerate(samples):
+            outputs.append(self.run_sample(sample, generator, tokenizer))
+            if progress is not None:
+                progress(i + 1, len(samples))
+        return outputs
+
+    # ------------------------------------------------------------------------------ scoring
+
+    @abc.abstractmethod
+    def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
+        """Downstream score: one flat record per sample and the aggregate metrics."""
+
+    @staticmethod
+    def base_record(output: SampleOutput) -> dict[str, Any]:
+        gens = output.generations
+        return {
+            "id": output.sample.id,
+            "output": output.text,
+            "new_tokens": sum(len(g.output_ids) for g in gens),
+            "stopped_by": gens[-1].stopped_by if gens else "",
+        }
+
+
+def score_outputs(
+    task: Task,
+    outputs: Sequence[SampleOutput],
+    target_model: PreTrainedModel | None = None,
+) -> TaskResult:
+    """The task's downstream score plus perplexity of every generation under ``target_model``.
+
+    Perplexity counts each generation (each turn of a multi-turn sample) as one sample of the
+    authors' per-sample mean; a record's ``mean_logprob`` is the mean over its generations.
+    """
+    result = task.score(outputs)
+    if target_model is None:
+        return result
+    from mtad.quality import score_perplexity
+
+    gens = [g for o in outputs for g in o.generations]
+    ppl = score_perplexity(target_model, [g.prompt_ids for g in gens], [g.output_ids for g in gens])
+    per_gen = iter(ppl.pop("mean_logprob"))
+    ppl.pop("n_tokens")
+    for record, output in zip(result.records, outputs, strict=True):
+        values = [next(per_gen) for _ in output.generations]
+        finite = [v for v in values if v == v]  # drop NaN (no generated tokens)
+        record["mean_logprob"] = sum(finite) / len(finite) if finite else float("nan")
+    result.metrics.update(ppl)
+    return result
+
+
+def total_stats(outputs: Sequence[SampleOutput]) -> Any:
+    """All generations' decoder counters summed (``mtad.engine.DecodeStats``)."""
+    from mtad.engine import DecodeStats
+
+    return DecodeStats.total([g.stats for o in outputs for g in o.generations if g.stats])
+
+
+def resolve_data_path(path: str | Path) -> Path:
+    """``path`` as given when it exists (absolute or relative to the working directory),
+    else relative to the shipped data folder ``mtad/tasks/data``."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    return DATA_DIR / p
+
+
+def check_options(task: str, options: Mapping[str, Any], known: Sequence[str]) -> None:
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"task.{unknown[0]}: not an option of {task!r} (has {sorted(known)})")

