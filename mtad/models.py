@@ -44,10 +44,14 @@ def vocab_size_of(model: PreTrainedModel) -> int:
 
 @dataclass
 class ForwardRecord:
-    """One traced forward: every row's full context after the forward, and the new logits."""
+    """One traced forward: every row's full context after the forward, and the kept logits.
+
+    For a tree forward, ``paths[i]`` is the context (root to node) of kept position ``i``.
+    """
 
     context_ids: torch.Tensor  # [rows, cache_len_after]
-    logits: torch.Tensor  # [rows, fed, vocab]
+    logits: torch.Tensor  # [rows, kept, vocab]
+    paths: list[torch.Tensor] | None = None
 
 
 class ModelRunner:
@@ -119,6 +123,60 @@ class ModelRunner:
         if pending.numel() == 0:
             raise RuntimeError(f"{self.role}: nothing to feed (cache already holds all ids)")
         return self.forward(pending.unsqueeze(0).expand(self.rows, -1), keep=keep)
+
+    @torch.inference_mode()
+    def feed_tree(
+        self, ids: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed the committed tokens the cache lacks plus a token tree, in one forward.
+
+        ``tokens``/``parents``/``depths`` are ``[N]``, nodes in breadth-first order; ``parents[i]``
+        is the index of node ``i``'s parent or ``-1`` under the last committed token; depth 1 is
+        the first drafted position. Each node attends to the committed context and its own
+        ancestors only (a tree attention mask, as in SpecInfer, Miao et al., ASPLOS 2024).
+        Returns logits ``[1 + N, V]``: the last committed position, then every node. The tree's
+        keys/values are scratch: call :meth:`crop` back to ``len(ids)`` before the next feed.
+        """
+        if self.rows != 1:
+            raise RuntimeError(f"{self.role}: tree verification needs a single-row cache")
+        start = self.cache_len
+        pending = ids[start:]
+        p, n = pending.numel(), tokens.numel()
+        dev = self.device
+        # ancestor-or-self relation: transitive closure of (identity + parent links) by
+        # repeated boolean squaring, log2(N) small matmuls and no host sync
+        idx = torch.arange(n, device=dev)
+        anc = torch.zeros(n, n, dtype=torch.bool, device=dev)
+        anc[idx, idx] = True
+        has = parents >= 0
+        anc[idx[has], parents[has]] = True
+        for _ in range(max(1, n).bit_length()):
+            anc = (anc.float() @ anc.float()) > 0
+        allow = torch.zeros(p + n, start + p + n, dtype=torch.bool, device=dev)
+        allow[:, :start] = True
+        allow[:p, start : start + p] = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
+        allow[p:, start : start + p] = True
+        allow[p:, start + p :] = anc
+        positions = torch.cat(
+            [torch.arange(start, start + p, device=dev), start + p - 1 + depths.to(dev)]
+        )
+        kwargs = {self._cache_kw: self.cache, "use_cache": True}
+        if self._can_trim_logits:
+            kwargs["logits_to_keep"] = n + 1
+        logits = self.model(
+            input_ids=torch.cat([pending, tokens]).unsqueeze(0),
+            attention_mask=allow[None, None],
+            position_ids=positions.unsqueeze(0),
+            **kwargs,
+        ).logits[0, -(n + 1) :]
+        self.cached_ids = torch.cat([self.cached_ids, pending[None], tokens[None]], dim=1)
+        self.forwards += 1
+        if self.trace is not None:
+            committed = self.cached_ids[0, : start + p]
+            # ancestors precede their descendants in BFS order, so mask order is path order
+            paths = [committed] + [torch.cat([committed, tokens[anc[i]]]) for i in range(n)]
+            self.trace.append(ForwardRecord(self.cached_ids.clone(), logits[None].clone(), paths))
+        return logits
 
     def crop(self, length: int) -> None:
         """Roll the cache back to its first ``length`` positions (a view: nothing is copied)."""

@@ -12,13 +12,16 @@ from mtad.engine import Decoder
 from mtad.methods import build_method
 from mtad.methods.sps import SpeculativeSampling
 from mtad.models import ModelRunner, build_tiny_model, build_tiny_pair
-from mtad.warping import WarpConfig, warp_logprobs
+from mtad.warping import WarpConfig, sample_from_logprobs, warp_logprobs
 
 ALL_METHODS = {
     "ar": {},
     "sps": {"gamma": 3},
     "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
     "mtjd": {"gamma": 3, "beam_width": 3},
+    "specinfer": {"branching": [3, 2, 1]},
+    "bild": {"fallback_threshold": 0.05, "rollback_threshold": 4.0, "max_draft": 4},
+    "mmtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
 }
 
 
@@ -68,8 +71,8 @@ def sample_two_tokens(decoder: Decoder, vocab: int, runs: int) -> torch.Tensor:
 
 
 VOCAB = 8
-RUNS = 1500
-BROKEN_RUNS = 800
+RUNS = 1000
+BROKEN_RUNS = 400
 ALPHA = 1e-3  # false-alarm rate of the exactness test
 
 
@@ -114,11 +117,36 @@ def test_sps_reproduces_target_distribution(stat_pair):
     assert broken_stat > critical, "the test cannot tell a broken acceptance rule apart"
 
 
+def test_specinfer_reproduces_target_distribution(stat_pair):
+    """Tree speculative sampling with i.i.d. children is exact too (SpecInfer, Thm 4.2):
+    same chi-square test, alpha = 1e-3; a walk that accepts the first child always must fail."""
+    target, draft = stat_pair
+    warp = WarpConfig(1.0, 6, 0.95)
+    exact = exact_two_token_dist(target, [3, 1, 4], warp)
+
+    def run(runs: int, broken: bool) -> tuple[float, float]:
+        method = build_method("specinfer", branching=[2, 2], top_k=6, top_p=0.95)
+        if broken:
+            method.walk = lambda logp, logq, tokens, g: (
+                [0, 2],
+                sample_from_logprobs(logp[3], g),
+            )
+        decoder = Decoder(method, ModelRunner(target), ModelRunner(draft))
+        counts = sample_two_tokens(decoder, VOCAB, runs)
+        stat, df = chi2_statistic(counts, exact, runs)
+        return stat, chi2_critical(df, ALPHA)
+
+    stat, critical = run(RUNS, broken=False)
+    assert stat < critical, f"SpecInfer deviates from the target: chi2={stat:.1f} > {critical:.1f}"
+    broken_stat, critical = run(BROKEN_RUNS, broken=True)
+    assert broken_stat > critical
+
+
 # ---------------------------------------------------------------- 2. greedy SpS == greedy AR
 
 
 @pytest.mark.parametrize("family", ["llama", "opt"])
-def test_greedy_sps_equals_greedy_ar(family: str, tiny_llama, tiny_opt):
+def test_greedy_sps_and_specinfer_equal_greedy_ar(family: str, tiny_llama, tiny_opt):
     pair = tiny_llama if family == "llama" else tiny_opt
     ar = make_decoder(pair, "ar", temperature=0.0)
     for gamma in (1, 3, 5):
@@ -127,6 +155,9 @@ def test_greedy_sps_equals_greedy_ar(family: str, tiny_llama, tiny_opt):
             ref = ar.generate(prompt, 40).token_ids
             got = sps.generate(prompt, 40)
             assert got.token_ids == ref
+    tree = make_decoder(pair, "specinfer", temperature=0.0)
+    for prompt in ([1, 2, 3], [50, 60, 70, 80, 90]):
+        assert tree.generate(prompt, 40).token_ids == ar.generate(prompt, 40).token_ids
     # and the draft did real work: some tokens were accepted
     assert got.stats.accepted > 0 or family == "opt"
 
@@ -153,7 +184,12 @@ def test_cached_logits_equal_fresh_forward(name, temperature, family, tiny_llama
         for rec in runner.trace:
             keep = rec.logits.shape[1]
             with torch.no_grad():
-                fresh = runner.model(rec.context_ids).logits[:, -keep:]
+                if rec.paths is None:
+                    fresh = runner.model(rec.context_ids).logits[:, -keep:]
+                else:  # tree forward: each kept position against its own root-to-node path
+                    fresh = torch.stack(
+                        [runner.model(path[None]).logits[0, -1] for path in rec.paths]
+                    )[None]
             torch.testing.assert_close(rec.logits, fresh, atol=1e-4, rtol=1e-4)
         runner.trace = None
 
@@ -180,7 +216,7 @@ def test_counters_consistent(name: str, max_new: int, tiny_llama):
     assert s.block_efficiency == pytest.approx(s.new_tokens / s.target_forwards)
     assert s.accepted <= s.drafted
     gamma = ALL_METHODS[name].get("gamma", 1)
-    if name in ("ar", "sps", "mtad"):
+    if name in ("ar", "sps", "mtad", "specinfer", "bild", "mmtad"):
         assert s.target_forwards == s.iterations
     if name in ("sps", "mtad"):
         assert s.draft_forwards == gamma * s.iterations
@@ -237,6 +273,27 @@ def test_vocab_mismatch_and_empty_prompt(tiny_llama):
     with pytest.raises(ValueError, match="max_new_tokens"):
         decoder.generate([1], 0)
     assert runner.forwards == 0  # nothing ran
+
+
+def test_bild_thresholds(tiny_llama):
+    """Rolling back everything gives the target's own greedy output; never falling back and
+    never rolling back commits every drafted token."""
+    ar = make_decoder(tiny_llama, "ar", temperature=0.0).generate([4, 5, 6], 30).token_ids
+    strict = make_decoder(
+        tiny_llama, "bild", temperature=0.0, fallback_threshold=0.0, rollback_threshold=1e-6
+    ).generate([4, 5, 6], 30)
+    assert strict.token_ids == ar
+    lax = make_decoder(
+        tiny_llama,
+        "bild",
+        temperature=0.0,
+        fallback_threshold=0.0,
+        rollback_threshold=1e9,
+        top_k=0,
+        top_p=1.0,
+    ).generate([4, 5, 6], 30)
+    # every iteration but the last (cut at max_new_tokens) commits all max_draft drafted tokens
+    assert lax.stats.accept_lengths[:-1] == [4] * (lax.stats.iterations - 1)
 
 
 def test_same_seed_same_output(tiny_llama):

@@ -159,3 +159,52 @@ def test_mtad_with_topk_below_beam_width_stays_finite(tiny_llama):
         out = decoder.generate([1, 2, 3], 24, seed=seed)
         assert len(out.token_ids) == 24
         assert out.stats.accepted <= out.stats.drafted
+
+
+# ---------------------------------------------------------------- MMTAD tree selection
+
+
+def hand_beams() -> tuple:
+    from mtad.methods.beam import BeamDraft
+
+    # depth 1: a0 = token 0, a1 = token 1 (both under the root);
+    # depth 2: b0 = token 2 under a1, b1 = token 3 under a0.
+    picks = torch.tensor([[0, 1], [2, 3]])
+    parents = torch.tensor([[0, 0], [1, 0]])
+    joint_logq = torch.tensor([[0.5, 0.3], [0.2, 0.1]]).log()
+    beams = BeamDraft(
+        tokens=torch.tensor([[1, 2], [0, 3]]),
+        logq=torch.zeros(2, 2),
+        logw=torch.zeros(2),
+        parents=parents,
+        picks=picks,
+        joint_logq=joint_logq,
+    )
+    uniform = [0.25, 0.25, 0.25, 0.25]
+    logp = table(
+        [
+            [0.2, 0.3, 0.25, 0.25],  # root: p(a0) = 0.2, p(a1) = 0.3
+            [0.05, 0.0, 0.05, 0.9],  # after a0: p(b1 = 3) = 0.9
+            [0.25, 0.25, 0.5, 0.0],  # after a1: p(b0 = 2) = 0.5
+            uniform,
+            uniform,
+        ]
+    ).float()
+    return beams, logp
+
+
+def test_mmtad_accepts_deepest_depth_and_best_target_node():
+    from mtad.methods.mmtad import beam_tree, select_tree_node
+
+    beams, logp = hand_beams()
+    tokens, parents, depths = beam_tree(beams)
+    assert tokens.tolist() == [0, 1, 2, 3]
+    assert parents.tolist() == [-1, -1, 1, 0] and depths.tolist() == [1, 1, 2, 2]
+    # depth 1: a0 0.2/0.5 = 0.4 fails, a1 0.3/0.5 = 0.6 passes; depth 2 (max q 0.2):
+    # b0 0.3*0.5/0.2 = 0.75 and b1 0.2*0.9/0.2 = 0.9 pass; b1 has the larger target joint.
+    k, node = select_tree_node(logp, beams, tau=0.5)
+    assert int(k) == 2 and int(node) == 3
+    k, node = select_tree_node(logp, beams, tau=0.8)  # only b1 passes at depth 2
+    assert int(k) == 2 and int(node) == 3
+    k, node = select_tree_node(logp, beams, tau=0.95)  # nothing passes anywhere
+    assert int(k) == 0 and int(node) == -1

@@ -12,8 +12,11 @@ from typing import Any
 
 from mtad.engine import DecodingMethod
 from mtad.methods.ar import ARParams, AutoregressiveSampling
+from mtad.methods.bild import BigLittleDecoder, BiLDParams
+from mtad.methods.mmtad import MMTAD, MMTADParams
 from mtad.methods.mtad import MTAD, MTADParams
 from mtad.methods.mtjd import MTJDParams, TargetBeamSampling
+from mtad.methods.specinfer import SpecInferParams, TreeSpeculativeSampling
 from mtad.methods.sps import SpeculativeSampling, SpSParams
 
 # name -> (params dataclass, method class)
@@ -21,7 +24,10 @@ METHODS: dict[str, tuple[type, type[DecodingMethod]]] = {
     "ar": (ARParams, AutoregressiveSampling),
     "mtjd": (MTJDParams, TargetBeamSampling),
     "sps": (SpSParams, SpeculativeSampling),
+    "specinfer": (SpecInferParams, TreeSpeculativeSampling),
+    "bild": (BiLDParams, BigLittleDecoder),
     "mtad": (MTADParams, MTAD),
+    "mmtad": (MMTADParams, MMTAD),
 }
 
 

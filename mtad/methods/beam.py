@@ -36,6 +36,7 @@ class BeamDraft:
     logw: torch.Tensor  # [B] normalised log beam weights (-inf for dead beams)
     parents: torch.Tensor  # [gamma, B] parent beam index chosen at each step (step 0: zeros)
     picks: torch.Tensor  # [gamma, B] token chosen at each step, paired with ``parents``
+    joint_logq: torch.Tensor  # [gamma, B] draft joint log q of the prefix chosen at each step
 
     @property
     def alive(self) -> torch.Tensor:
@@ -74,6 +75,7 @@ def beam_sample(
     tokens = tok.unsqueeze(1)
     parents = [torch.zeros(width, dtype=torch.long, device=tok.device)]
     picks = [tok]
+    joints = [logq.sum(dim=1)]
     runner.repeat_rows(width)
     vocab = logq0.shape[-1]
     for _ in range(1, gamma):
@@ -86,5 +88,8 @@ def beam_sample(
         logw = renormalise(torch.where(valid, scores[flat], NEG_INF))
         parents.append(parent)
         picks.append(tok)
+        joints.append(logq.sum(dim=1))
         runner.select_rows(parent)
-    return BeamDraft(tokens, logq, logw, torch.stack(parents), torch.stack(picks))
+    return BeamDraft(
+        tokens, logq, logw, torch.stack(parents), torch.stack(picks), torch.stack(joints)
+    )

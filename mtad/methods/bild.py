@@ -1,0 +1,78 @@
+"""Big Little Decoder [`bild`] (Kim et al., NeurIPS 2023).
+
+The small (draft) model decodes on its own while it is confident: it falls back to the large
+(target) model as soon as its top probability drops below ``fallback_threshold`` (or after
+``max_draft`` tokens). The target then scores the drafted tokens in one forward and *rolls back*
+from the first token whose distance to the target's prediction, the cross-entropy
+``-log p(x_i)``, exceeds ``rollback_threshold``; the target supplies the token at that position
+(or the next one when nothing is rolled back). Not distribution-preserving by design. The
+fallback test reads the draft's confidence once per drafted token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.warping import sample_from_logprobs, warp_logprobs
+
+
+@dataclass
+class BiLDParams(SamplingParams):
+    fallback_threshold: float = 0.5
+    rollback_threshold: float = 3.0
+    max_draft: int = 8
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fallback_threshold <= 1.0:
+            raise ValueError(f"fallback_threshold must be in [0, 1], got {self.fallback_threshold}")
+        if self.rollback_threshold <= 0:
+            raise ValueError(f"rollback_threshold must be > 0, got {self.rollback_threshold}")
+        try:
+            check_gamma(self.max_draft)
+        except ValueError as err:
+            raise ValueError(str(err).replace("gamma", "max_draft")) from None
+        super().__post_init__()
+
+
+class BigLittleDecoder(DecodingMethod):
+    name = "bild"
+    uses_draft = True
+
+    def __init__(self, params: BiLDParams) -> None:
+        self.params = params
+        self.max_step_tokens = params.max_draft + 1
+
+    def step(self, ctx: DecodeContext) -> StepResult:
+        prm = self.params
+        assert ctx.draft is not None
+        drafted: list[torch.Tensor] = []
+        with ctx.timed("draft"):
+            logits = ctx.draft.feed(ctx.ids)[0, -1]
+            for i in range(prm.max_draft):
+                logq = warp_logprobs(logits, prm.warp)
+                if float(logq.max().exp()) < prm.fallback_threshold:
+                    break  # not confident: hand over to the target
+                tok = sample_from_logprobs(logq, ctx.generator, prm.greedy)
+                drafted.append(tok)
+                if i + 1 < prm.max_draft:
+                    logits = ctx.draft.forward(tok.view(1, 1))[0, -1]
+        with ctx.timed("verify"):
+            x = torch.stack(drafted) if drafted else None
+            g = 0 if x is None else x.numel()
+            logp = warp_logprobs(ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :], prm.warp)
+            if x is None:
+                k = 0
+                tokens = sample_from_logprobs(logp[0], ctx.generator, prm.greedy).view(1)
+            else:
+                cross_entropy = -logp[:g].gather(1, x[:, None]).squeeze(1)
+                keep = leading_true_count(cross_entropy <= prm.rollback_threshold)
+                next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
+                k = int(keep)
+                tokens = torch.cat([x[:k], next_tokens[k : k + 1]])
+            ctx.target.crop(ctx.n + k)
+            ctx.draft.crop(ctx.n + k)
+        return StepResult(tokens, drafted=g, accepted=k)

@@ -1,0 +1,114 @@
+"""MMTAD [`mmtad`]: MTAD that verifies the draft's whole beam tree in one target forward.
+
+Later version of Qin et al. (arXiv 2407.09722, multi-candidate MTAD). The draft beam-samples
+as in MTAD; every (depth, beam) node of the beam tree goes to the target at once under a tree
+attention mask built from the beam parents (:meth:`mtad.models.ModelRunner.feed_tree`). At each
+depth a node passes when its target joint log-prob minus the largest draft joint log-prob at that
+depth exceeds ``log tau``; the deepest passing depth is accepted, at it the node with the highest
+target joint probability, and one token is sampled from the target at that node.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.methods.beam import BeamDraft, beam_sample
+from mtad.methods.common import SamplingParams, check_beam_width, check_gamma, check_tau
+from mtad.warping import NEG_INF, sample_from_logprobs, warp_logprobs
+
+
+@dataclass
+class MMTADParams(SamplingParams):
+    gamma: int = 4
+    beam_width: int = 4
+    tau: float = 0.5
+    replacement: bool = False
+
+    def __post_init__(self) -> None:
+        check_gamma(self.gamma)
+        check_beam_width(self.beam_width)
+        check_tau(self.tau)
+        super().__post_init__()
+
+
+def beam_tree(beams: BeamDraft) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Flatten the beam tree into BFS node arrays ``(tokens, parents, depths)``, node
+    ``(d, b)`` at index ``d * B + b``."""
+    gamma, width = beams.picks.shape
+    dev = beams.picks.device
+    offsets = (torch.arange(gamma, device=dev) - 1) * width
+    parents = (beams.parents + offsets[:, None]).flatten()
+    parents[:width] = -1
+    depths = torch.arange(1, gamma + 1, device=dev).repeat_interleave(width)
+    return beams.picks.flatten(), parents, depths
+
+
+def select_tree_node(
+    logp: torch.Tensor, beams: BeamDraft, tau: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accepted depth ``k`` (0 = none) and the flat index of the accepted node (-1 = root).
+
+    ``logp``: warped target log-probs ``[1 + gamma * B, V]`` (root row, then nodes).
+    """
+    gamma, width = beams.picks.shape
+    tokens, parents, _ = beam_tree(beams)
+    token_logp = logp[parents + 1, tokens].view(gamma, width)  # row of the parent predicts it
+    joint_p = [token_logp[0]]
+    for d in range(1, gamma):
+        joint_p.append(joint_p[-1][beams.parents[d]] + token_logp[d])
+    jp = torch.stack(joint_p)  # [gamma, B] target joint log-prob of every node
+    alive = torch.isfinite(beams.joint_logq)
+    best_q = beams.joint_logq.max(dim=1, keepdim=True).values
+    passing = alive & (jp - best_q > math.log(tau))
+    depth_passes = passing.any(dim=1)
+    depths = torch.arange(1, gamma + 1, device=logp.device)
+    k = torch.where(depth_passes, depths, 0).max()
+    row = torch.where(passing, jp, NEG_INF)[(k - 1).clamp_min(0)]
+    node = torch.where(k > 0, (k - 1) * width + row.argmax(), -1)
+    return k, node
+
+
+class MMTAD(DecodingMethod):
+    name = "mmtad"
+    uses_draft = True
+
+    def __init__(self, params: MMTADParams) -> None:
+        self.params = params
+        self.max_step_tokens = params.gamma + 1
+
+    def step(self, ctx: DecodeContext) -> StepResult:
+        prm = self.params
+        assert ctx.draft is not None
+        with ctx.timed("draft"):
+            beams = beam_sample(
+                ctx.draft,
+                ctx.ids,
+                prm.gamma,
+                prm.beam_width,
+                prm.warp,
+                ctx.generator,
+                prm.replacement,
+            )
+            tokens, parents, depths = beam_tree(beams)
+            # the draft re-reads accepted tokens next iteration (one cheap catch-up forward)
+            ctx.draft.select_rows(torch.zeros(1, dtype=torch.long, device=tokens.device))
+            ctx.draft.crop(ctx.n)
+        with ctx.timed("verify"):
+            logp = warp_logprobs(ctx.target.feed_tree(ctx.ids, tokens, parents, depths), prm.warp)
+            k_t, node_t = select_tree_node(logp, beams, prm.tau)
+            next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
+            k, node = int(k_t), int(node_t)  # the iteration's host sync
+            path: list[int] = []
+            parent_list = parents.tolist()
+            while node >= 0:
+                path.append(node)
+                node = parent_list[node]
+            path.reverse()
+            chosen = path[-1] + 1 if path else 0
+            out = torch.cat([tokens[path], next_tokens[chosen : chosen + 1]])
+            ctx.target.crop(ctx.n)  # tree keys/values are scratch; accepted ids are re-fed
+        return StepResult(out, drafted=tokens.numel(), accepted=k)

@@ -1,0 +1,161 @@
+"""Tree speculative sampling [`specinfer`]: SpecInfer (Miao et al., ASPLOS 2024) / MCSD
+(Yang et al., 2024) multi-candidate verification of a draft token tree.
+
+The draft expands a tree with ``branching[d]`` children per node at depth ``d`` (children drawn
+i.i.d. from the draft, one batched draft forward per depth); the target scores every node in one
+forward under a tree attention mask. Verification walks down from the root: each child ``x`` of
+the current node is accepted with probability ``min(1, p(x) / q(x))``; after a rejection the
+target distribution becomes the residual ``norm(max(0, p - q))`` for the next sibling. If every
+child is rejected, the next token comes from the residual; at a leaf, from ``p``. With i.i.d.
+children this reproduces the target distribution exactly (SpecInfer, Theorem 4.2). The walk is
+sequential by nature: it reads one acceptance per candidate it tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.methods.common import SamplingParams
+from mtad.methods.sps import residual_logprobs
+from mtad.models import ModelRunner
+from mtad.warping import WarpConfig, sample_from_logprobs, sample_with_replacement, warp_logprobs
+
+
+@dataclass
+class SpecInferParams(SamplingParams):
+    branching: list[int] = field(default_factory=lambda: [4, 2, 2])
+
+    def __post_init__(self) -> None:
+        if isinstance(self.branching, str):
+            self.branching = [int(b) for b in self.branching.split(",")]
+        self.branching = [int(b) for b in self.branching]
+        if not self.branching or any(b < 1 for b in self.branching):
+            raise ValueError(
+                f"branching must be a non-empty list of ints >= 1, got {self.branching}"
+            )
+        super().__post_init__()
+
+
+@dataclass
+class TreeLayout:
+    """Static shape of a full tree with ``branching[d]`` children per node at depth ``d``."""
+
+    parents: list[int]  # per node, BFS order; -1 under the root
+    depths: list[int]
+    children: dict[int, list[int]]  # node (-1 = root) -> its children
+    level_start: list[int]  # first node index of each depth
+
+    @classmethod
+    def build(cls, branching: list[int]) -> TreeLayout:
+        parents, depths, starts = [], [], []
+        children: dict[int, list[int]] = {-1: []}
+        level = [-1]
+        for d, b in enumerate(branching):
+            starts.append(len(parents))
+            nxt = []
+            for par in level:
+                for _ in range(b):
+                    node = len(parents)
+                    parents.append(par)
+                    depths.append(d + 1)
+                    children.setdefault(par, []).append(node)
+                    children[node] = []
+                    nxt.append(node)
+            level = nxt
+        return cls(parents, depths, children, starts)
+
+
+def expand_tree(
+    draft: ModelRunner,
+    ids: torch.Tensor,
+    branching: list[int],
+    warp: WarpConfig,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample the tree's tokens ``[N]`` and the draft distribution each internal node's children
+    came from, ``[1 + internal, V]`` (row 0: root). One draft forward per depth; the cache ends
+    with one row per deepest internal node."""
+    logq = warp_logprobs(draft.feed(ids)[0, -1:], warp)  # [1, V]
+    dists, tokens = [logq], []
+    for d, b in enumerate(branching):
+        toks, _ = sample_with_replacement(logq, b, generator, warp.greedy)  # [rows, b]
+        tokens.append(toks.flatten())
+        if d + 1 == len(branching):
+            break
+        draft.select_rows(torch.arange(toks.shape[0], device=toks.device).repeat_interleave(b))
+        logq = warp_logprobs(draft.forward(toks.reshape(-1, 1))[:, -1], warp)
+        dists.append(logq)
+    return torch.cat(tokens), torch.cat(dists)
+
+
+class TreeSpeculativeSampling(DecodingMethod):
+    name = "specinfer"
+    uses_draft = True
+
+    def __init__(self, params: SpecInferParams) -> None:
+        self.params = params
+        self.layout = TreeLayout.build(params.branching)
+        self.max_step_tokens = len(params.branching) + 1
+
+    def step(self, ctx: DecodeContext) -> StepResult:
+        prm, lay = self.params, self.layout
+        assert ctx.draft is not None
+        with ctx.timed("draft"):
+            tokens, logq = expand_tree(ctx.draft, ctx.ids, prm.branching, prm.warp, ctx.generator)
+            ctx.draft.select_rows(torch.zeros(1, dtype=torch.long, device=tokens.device))
+            ctx.draft.crop(ctx.n)  # accepted tokens are re-read next iteration
+        with ctx.timed("verify"):
+            dev = tokens.device
+            logp_all = warp_logprobs(
+                ctx.target.feed_tree(
+                    ctx.ids,
+                    tokens,
+                    torch.tensor(lay.parents, device=dev),
+                    torch.tensor(lay.depths, device=dev),
+                ),
+                prm.warp,
+            )
+            ctx.target.crop(ctx.n)
+            path, next_token = self.walk(logp_all, logq, tokens, ctx.generator)
+        out = torch.cat([tokens[path], next_token.view(1)])
+        return StepResult(out, drafted=tokens.numel(), accepted=len(path))
+
+    def walk(
+        self,
+        logp_all: torch.Tensor,
+        logq: torch.Tensor,
+        tokens: torch.Tensor,
+        generator: torch.Generator,
+    ) -> tuple[list[int], torch.Tensor]:
+        """Multi-candidate speculative sampling down the tree: accepted nodes, next token."""
+        lay, greedy = self.layout, self.params.greedy
+        internal_row = {-1: 0}
+        for i, node in enumerate(n for n in range(len(lay.parents)) if lay.children[n]):
+            internal_row[node] = i + 1
+        token_list = tokens.tolist()
+        node, path = -1, []
+        while True:
+            logp = logp_all[node + 1]
+            kids = lay.children[node]
+            if not kids:
+                return path, sample_from_logprobs(logp, generator, greedy)
+            accepted = None
+            if greedy:
+                best = int(logp.argmax())
+                accepted = next((c for c in kids if token_list[c] == best), None)
+            else:
+                lq = logq[internal_row[node]]
+                for c in kids:
+                    x = token_list[c]
+                    u = torch.rand((), generator=generator, device=logp.device)
+                    if bool(torch.log(u) < logp[x] - lq[x]):
+                        accepted = c
+                        break
+                    logp = residual_logprobs(logp, lq)
+            if accepted is None:
+                return path, sample_from_logprobs(logp, generator, greedy)
+            path.append(accepted)
+            node = accepted
