@@ -13,17 +13,19 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from mtad.models import ModelSpec
+if TYPE_CHECKING:
+    from mtad.models import ModelSpec
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
 ENERGY_TRACKERS = ("offline", "online", "none")
 TRACKING_MODES = ("process", "machine")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class ConfigError(ValueError):
@@ -55,12 +57,27 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class ModelSpecConfig:
+    """Schema of :class:`mtad.models.ModelSpec` (same fields; that class checks the values).
+
+    Mirrored here so that composing a config (``--cfg job``, errors) does not import torch;
+    ``tests/test_configs.py`` keeps the two field lists equal.
+    """
+
+    loader: str = "hub"
+    path: str | None = None
+    dtype: str = "float32"
+    device_map: str | None = None
+    tiny: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class PairConfig:
     """A (target, draft) pair; ``draft`` is null for target-only pairs."""
 
     name: str = MISSING
-    target: ModelSpec = MISSING
-    draft: ModelSpec | None = None
+    target: ModelSpecConfig = MISSING
+    draft: ModelSpecConfig | None = None
     chat_template: bool = False  # prompts go through the tokenizer's chat template
     notes: str = ""  # provenance, e.g. "draft chosen by us"
 
@@ -128,6 +145,8 @@ class EnergyConfig:
             raise ValueError(
                 f"tracking_mode must be one of {TRACKING_MODES}, got {self.tracking_mode!r}"
             )
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {LOG_LEVELS}, got {self.log_level!r}")
         if self.measure_power_secs <= 0:
             raise ValueError(f"measure_power_secs must be > 0, got {self.measure_power_secs}")
 
@@ -162,19 +181,26 @@ register_configs()
 
 @dataclass
 class RunSpec:
-    """A validated run: typed sections plus the method's params (defaults filled in)."""
+    """A validated run: typed sections, the pair's model specs and the method's params
+    (defaults filled in)."""
 
     cfg: RunConfig
+    target: ModelSpec
+    draft: ModelSpec | None
     method_name: str
     method_params: dict[str, Any]
     task_name: str
 
 
-def _to_object(node: Any, prefix: str, cls: type) -> Any:
-    names = [f.name for f in dataclasses.fields(cls)]
+def _typed(node: Any, prefix: str, schema: type, build: Any = None) -> Any:
+    """``node`` merged into ``schema`` (types, unknown keys), then built by ``build`` (default:
+    the schema itself), whose ``__post_init__`` checks values."""
+    names = [f.name for f in dataclasses.fields(schema)]
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(cls), node)
-        return OmegaConf.to_object(typed)
+        typed = OmegaConf.merge(OmegaConf.structured(schema), node)
+        if build is None:
+            return OmegaConf.to_object(typed)
+        return build(**OmegaConf.to_container(typed, resolve=True))
     except Exception as err:  # noqa: BLE001 - OmegaConf and __post_init__ raise many kinds
         raise ConfigError.from_exception(prefix, err, names) from err
 
@@ -182,30 +208,28 @@ def _to_object(node: Any, prefix: str, cls: type) -> Any:
 def validate(cfg: DictConfig) -> RunSpec:
     """Check every value that can be checked without loading a model; raise :class:`ConfigError`.
 
-    Builds the typed sections and the method's params dataclass (where gamma=0 or tau=1.5
-    fail), and checks that the pair has a draft when the method needs one.
+    Builds the typed sections, the pair's :class:`~mtad.models.ModelSpec` and the method's
+    params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.models and
+    mtad.methods) but loads nothing.
     """
+    from mtad.models import ModelSpec
+
     pair_node = cfg.get("pair")
     if pair_node is None:
-        raise ConfigError("pair", "missing")
-    pair = PairConfig(
-        name=str(pair_node.get("name", "?")),
-        target=_to_object(pair_node.get("target"), "pair.target", ModelSpec),
-        draft=(
-            None
-            if pair_node.get("draft") is None
-            else _to_object(pair_node.get("draft"), "pair.draft", ModelSpec)
-        ),
-        chat_template=bool(pair_node.get("chat_template", False)),
-        notes=str(pair_node.get("notes", "")),
-    )
+        raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
+    pair = _typed(pair_node, "pair", PairConfig)
+    target = _typed(pair_node.target, "pair.target", ModelSpecConfig, ModelSpec)
+    draft = None
+    if pair_node.get("draft") is not None:
+        draft = _typed(pair_node.draft, "pair.draft", ModelSpecConfig, ModelSpec)
+
     sections = {
         "runtime": RuntimeConfig,
         "results": ResultsConfig,
         "logger": LoggerConfig,
         "energy": EnergyConfig,
     }
-    typed = {key: _to_object(cfg.get(key, {}), key, cls) for key, cls in sections.items()}
+    typed = {key: _typed(cfg.get(key, {}), key, cls) for key, cls in sections.items()}
 
     method = OmegaConf.to_container(cfg.get("method") or {}, resolve=True)
     assert isinstance(method, dict)
@@ -227,7 +251,7 @@ def validate(cfg: DictConfig) -> RunSpec:
         tags=list(cfg.get("tags") or []),
         **typed,
     )
-    return RunSpec(run_cfg, str(method_name), params, str(task_name))
+    return RunSpec(run_cfg, target, draft, str(method_name), params, str(task_name))
 
 
 def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +263,6 @@ def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     try:
         obj = build_params(name, **params)
     except (TypeError, ValueError) as err:
-        names = [f.name for f in dataclasses.fields(METHODS[name][0])] + sorted(params)
+        names = [f.name for f in dataclasses.fields(build_params(name))]
         raise ConfigError.from_exception("method", err, names) from err
     return dataclasses.asdict(obj)

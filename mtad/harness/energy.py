@@ -14,8 +14,6 @@ from typing import Any
 
 from mtad.harness.config import EnergyConfig
 
-log = logging.getLogger(__name__)
-
 # codecarbon's CPU modes -> what they mean for the reader of a result.
 CPU_MODES = {
     "intel_rapl": "rapl",
@@ -44,6 +42,8 @@ class EnergyMeter:
         if not self.enabled:
             return
         start = time.perf_counter()
+        # codecarbon logs at INFO from its constructor, before it applies log_level.
+        logging.getLogger("codecarbon").setLevel(self.cfg.log_level.upper())
         from codecarbon import EmissionsTracker, OfflineEmissionsTracker
 
         common: dict[str, Any] = {

@@ -101,7 +101,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     spec = validate(cfg)
     task = build_task(spec)
     method = build_method(spec.method_name, **spec.method_params)
-    if method.uses_draft and spec.cfg.pair.draft is None:
+    if method.uses_draft and spec.draft is None:
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
@@ -222,9 +222,8 @@ def _load_pair(prep: Prepared) -> Any:
     """Target, and the draft only when the method uses one."""
     from mtad.models import load_pair
 
-    pair = prep.spec.cfg.pair
-    draft = pair.draft if prep.method.uses_draft else None
-    return load_pair(pair.target, draft, prep.spec.cfg.runtime.device)
+    draft = prep.spec.draft if prep.method.uses_draft else None
+    return load_pair(prep.spec.target, draft, prep.spec.cfg.runtime.device)
 
 
 def _generator(prep: Prepared, pair: Any) -> Any:
@@ -278,7 +277,7 @@ class _progress:
             total=len(self.prep.task.samples()),
             desc=f"{spec.method_name} {spec.cfg.pair.name} {spec.task_name}",
             unit="prompt",
-            disable=not spec.cfg.runtime.progress,
+            disable=None if spec.cfg.runtime.progress else True,  # None: off when not a TTY
             leave=False,
             dynamic_ncols=True,
         )
