@@ -18,7 +18,7 @@ import pytest
 
 from mtad.tasks.sandbox import SandboxLimits, run_python
 
-FAST = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=256, max_procs=8)
+FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_mb=256, max_procs=8)
 
 
 def _leftovers(token: str) -> list[int]:
@@ -202,7 +202,7 @@ def test_detached_daemon_does_not_survive() -> None:
 
 def test_without_namespaces_audit_guards_and_limits_still_hold(watched_dir: Path) -> None:
     """The fallback path (no namespaces): guards refuse plain-Python escapes, rlimits hold."""
-    limits = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=256, max_procs=8, namespaces=False)
+    limits = SandboxLimits(wall_s=2.0, cpu_s=1, memory_mb=256, max_procs=8, namespaces=False)
     before = _snapshot(watched_dir)
     r = _run(
         f"""

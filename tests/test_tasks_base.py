@@ -20,33 +20,9 @@ from mtad.tasks.base import (
     derive_seed,
     first_stop,
 )
+from mtad.tasks.testing import ScriptedDecoder
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "task"
-
-
-class _Out:
-    def __init__(self, ids: list[int], stopped_by: str) -> None:
-        self.token_ids, self.stopped_by, self.stats = ids, stopped_by, None
-
-
-class ScriptedDecoder:
-    """Emits a fixed text in blocks of ``block`` tokens, like a multi-token method would,
-    asking ``should_stop`` after every block (the engine's contract)."""
-
-    def __init__(self, tokenizer: Any, text: str, block: int = 3) -> None:
-        self.ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        self.block = block
-        self.calls: list[dict[str, Any]] = []
-
-    def generate(self, prompt_ids, max_new_tokens, seed=None, should_stop=None):  # noqa: ANN001
-        self.calls.append({"prompt_ids": list(prompt_ids), "seed": seed})
-        new: list[int] = []
-        while len(new) < min(max_new_tokens, len(self.ids)):
-            new.extend(self.ids[len(new) : len(new) + self.block])
-            new = new[:max_new_tokens]
-            if should_stop is not None and should_stop(new):
-                return _Out(new, "stop")
-        return _Out(new, "max_new_tokens")
 
 
 class EchoTask(Task):

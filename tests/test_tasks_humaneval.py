@@ -79,12 +79,12 @@ HOSTILE = {
 
 
 def test_hostile_completions_fail_within_their_timeout() -> None:
-    task = HumanEvalTask(timeout_s=3.0, memory_mb=256, workers=len(HOSTILE))
+    task = HumanEvalTask(timeout_s=2.0, memory_mb=256, workers=len(HOSTILE))
     sample = task.load_samples()[0]
     outputs = [SampleOutput.from_texts(sample, [c]) for c in HOSTILE.values()]
     start = time.perf_counter()
     res = task.score(outputs)
-    assert time.perf_counter() - start < 3.0 + 5.0
+    assert time.perf_counter() - start < 2.0 + 5.0
     assert res.metrics["pass@1"] == 0.0
     assert all(not r["passed"] for r in res.records)
     assert not Path("/tmp/mtad_humaneval_escape").exists()

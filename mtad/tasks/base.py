@@ -17,9 +17,8 @@ Records are flat dicts (one per sample) and metrics a flat dict, so a results ta
 from __future__ import annotations
 
 import abc
-import logging
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -27,7 +26,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-log = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CHAT_MODES = ("auto", True, False)
@@ -213,6 +211,8 @@ class Task(abc.ABC):
     """
 
     name: ClassVar[str]
+    # The metrics key of the task's headline score (None: perplexity only).
+    primary_metric: str | None = None
 
     def __init__(
         self,
@@ -386,9 +386,3 @@ def resolve_data_path(path: str | Path) -> Path:
     if p.is_absolute() or p.exists():
         return p
     return DATA_DIR / p
-
-
-def check_options(task: str, options: Mapping[str, Any], known: Sequence[str]) -> None:
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise ValueError(f"task.{unknown[0]}: not an option of {task!r} (has {sorted(known)})")

@@ -50,6 +50,7 @@ def program_for(problem: dict[str, Any], completion: str) -> str:
 
 class HumanEvalTask(Task):
     name = "humaneval"
+    primary_metric = "pass@1"
 
     def __init__(
         self,

@@ -330,20 +330,61 @@ class LMEvalTask(Task):
         self.bootstrap_iters = bootstrap_iters
         self.max_gen_toks = max_gen_toks
         self.results: dict[str, Any] | None = None
+        self._task_manager: Any = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def samples(self) -> list[Sample]:
+        """One sample per evaluated document (``limit`` / ``offset`` apply per lm-eval task),
+        its prompt the task's ``doc_to_text``: for the run's progress bar and warm-up, and to
+        fail on missing data before a model loads. lm-eval builds the real requests itself."""
+        if self._samples is None:
+            end = None if self.limit is None else self.offset + self.limit
+            samples = []
+            for name, task in self._manager().load(self.tasks)["tasks"].items():
+                docs = list(task.eval_docs)
+                for doc_id in range(len(docs))[self.offset : end]:
+                    samples.append(
+                        Sample(
+                            id=f"{name}/{doc_id}",
+                            turns=[str(task.doc_to_text(docs[doc_id]))],
+                            max_new_tokens=self.max_gen_toks,
+                            reference={"task": name, "doc_id": doc_id},
+                        )
+                    )
+            self._samples = samples
+        return self._samples
 
     def load_samples(self) -> list[Sample]:
-        raise NotImplementedError("lm-eval loads its own documents; use generate()")
+        return self.samples()
+
+    def _manager(self) -> Any:
+        """lm-eval's TaskManager over the include paths (copies with absolute data files), built
+        once. lm-eval's own task folders are indexed only when a requested name is not local:
+        indexing them takes tens of seconds."""
+        if self._task_manager is None:
+            from lm_eval.tasks import TaskManager
+
+            self._tmp = tempfile.TemporaryDirectory(prefix="mtad-lm-eval-")
+            paths = [
+                str(materialize_local_tasks(p, Path(self._tmp.name))) for p in self.include_paths
+            ]
+            manager = TaskManager(include_path=paths, include_defaults=False)
+            if any(name not in manager.task_index for name in self.tasks):
+                manager = TaskManager(include_path=paths)
+            self._task_manager = manager
+        return self._task_manager
 
     def signature(self) -> dict[str, Any]:
         return {**super().signature(), "tasks": self.tasks, "num_fewshot": self.num_fewshot}
 
     def _subset(self) -> dict[str, Any]:
-        if self.offset:
-            if self.limit is None:
-                raise ValueError("task.offset needs task.limit for lm_eval tasks")
-            indices = list(range(self.offset, self.offset + self.limit))
-            return {"samples": {t: indices for t in self.tasks}}
-        return {"limit": self.limit}
+        """lm-eval's ``limit``, or with an offset its ``samples`` (document ids per task)."""
+        if not self.offset:
+            return {"limit": self.limit}
+        chosen: dict[str, list[int]] = {}
+        for s in self.samples():
+            chosen.setdefault(s.reference["task"], []).append(s.reference["doc_id"])
+        return {"samples": chosen}
 
     def generate(
         self,
@@ -353,30 +394,31 @@ class LMEvalTask(Task):
         target_model: PreTrainedModel | None = None,
     ) -> list[SampleOutput]:
         import lm_eval
-        from lm_eval.tasks import TaskManager
 
         lm = MTADLM(generator, target_model, max_gen_toks=self.max_gen_toks)
         chat = self.use_chat(tokenizer if tokenizer is not None else generator.tokenizer)
-        with tempfile.TemporaryDirectory(prefix="mtad-lm-eval-") as tmp:
-            paths = [str(materialize_local_tasks(p, Path(tmp))) for p in self.include_paths]
-            results = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=self.tasks,
-                task_manager=TaskManager(include_path=paths),
-                num_fewshot=self.num_fewshot,
-                bootstrap_iters=self.bootstrap_iters,
-                apply_chat_template=chat,
-                fewshot_as_multiturn=chat,
-                log_samples=True,
-                random_seed=generator.seed,
-                numpy_random_seed=generator.seed,
-                torch_random_seed=generator.seed,
-                fewshot_random_seed=generator.seed,
-                **self._subset(),
-            )
+        subset = self._subset()
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=self.tasks,
+            task_manager=self._manager(),
+            num_fewshot=self.num_fewshot,
+            bootstrap_iters=self.bootstrap_iters,
+            apply_chat_template=chat,
+            fewshot_as_multiturn=chat,
+            log_samples=True,
+            random_seed=generator.seed,
+            numpy_random_seed=generator.seed,
+            torch_random_seed=generator.seed,
+            fewshot_random_seed=generator.seed,
+            **subset,
+        )
         if results is None:
             raise RuntimeError("lm_eval.simple_evaluate returned nothing")
         self.results = results
+        if progress is not None:
+            n = len(self.samples())
+            progress(n, n)
         outputs = []
         for task, logged in results.get("samples", {}).items():
             for entry in logged:
@@ -405,4 +447,9 @@ class LMEvalTask(Task):
             }
             for o in outputs
         ]
-        return TaskResult(records, _flatten_results(self.results["results"]))
+        metrics = _flatten_results(self.results["results"])
+        # Headline: the first task's first metric (lm-eval lists them in metric_list order).
+        self.primary_metric = next(
+            (k for k in metrics if not k.endswith(("_stderr", "/sample_len"))), None
+        )
+        return TaskResult(records, metrics)

@@ -110,6 +110,7 @@ class OpenAIJudge:
 
 class MTBenchTask(Task):
     name = "mtbench"
+    primary_metric = "mtbench_score"
 
     def __init__(
         self,

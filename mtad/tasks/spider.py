@@ -129,6 +129,7 @@ def clean_prediction(text: str) -> str:
 
 class SpiderTask(Task):
     name = "spider"
+    primary_metric = "execution_accuracy"
 
     def __init__(
         self,
