@@ -14,7 +14,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from mtad.engine import DecodeStats, Decoder
+from mtad.engine import Decoder, DecodeStats
 from mtad.methods import build_method
 from mtad.models import ModelRunner, build_tiny_pair
 
