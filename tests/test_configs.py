@@ -1,0 +1,238 @@
+"""Every config composes and validates (Hydra compose API, no model loads); bad values are
+reported on one line naming the key; the run signature ignores exactly the non-result keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from mtad.harness.cli import check_group_choices
+from mtad.harness.config import ConfigError, ModelSpecConfig, validate
+from mtad.harness.signature import run_signature
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+
+
+def names(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_cfg(*overrides: str, hydra: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra)
+
+
+@pytest.fixture(scope="module")
+def smoke() -> DictConfig:
+    return compose_cfg("+experiment=smoke")
+
+
+def with_values(cfg: DictConfig, *assignments: str) -> DictConfig:
+    """A copy of ``cfg`` with ``key=value`` assignments (values parsed as YAML)."""
+    cfg = cfg.copy()
+    for assignment in assignments:
+        key, value = assignment.removeprefix("+").split("=", 1)
+        OmegaConf.update(cfg, key, OmegaConf.create(f"v: {value}").v, force_add=True)
+    return cfg
+
+
+def test_optional_groups_stay_out_of_the_defaults_list() -> None:
+    defaults = OmegaConf.load(CONF / "config.yaml").defaults
+    groups = {next(iter(d)) for d in defaults if isinstance(d, dict) or OmegaConf.is_dict(d)}
+    assert {"pair", "method", "task", "logger", "energy", "hydra"} <= groups
+    assert not groups & {"experiment", "sweep"}
+
+
+def test_default_run_is_smollm2_mtad_prompts() -> None:
+    cfg = compose_cfg()
+    assert (cfg.pair.name, cfg.method.name, cfg.task.name) == ("smollm2", "mtad", "prompts")
+    assert cfg.logger.name == "wandb" and cfg.energy.tracker == "offline"
+
+
+@pytest.mark.parametrize("name", names("experiment"))
+def test_every_experiment_composes_and_validates(name: str) -> None:
+    cfg = compose_cfg(f"+experiment={name}")
+    spec = validate(cfg)
+    assert spec.method_name == "mtad"
+    if name == "smoke":
+        assert spec.target.loader == "tiny" and spec.cfg.runtime.device == "cpu"
+    else:
+        assert spec.target.loader == "hub" and spec.cfg.runtime.device == "cuda"
+
+
+def test_experiment_prints_full_config_without_loading() -> None:
+    out = subprocess.run(
+        [sys.executable, "run.py", "+experiment=llama70b", "--cfg", "job"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    cfg = OmegaConf.create(out.stdout)
+    assert cfg.pair.target.path == "meta-llama/Llama-2-70b-hf"
+    assert cfg.pair.draft.path == "meta-llama/Llama-2-7b-hf"
+    assert cfg.method.tau == 0.5 and cfg.results.study == "llama70b"
+
+
+@pytest.mark.parametrize("name", names("sweep"))
+def test_every_sweep_composes(name: str) -> None:
+    cfg = compose_cfg(f"+sweep={name}", hydra=True)
+    params = cfg.hydra.sweeper.params
+    assert params
+    for key, values in params.items():
+        if (CONF / key).is_dir():  # a group swept over its options
+            assert set(str(values).split(",")) <= set(names(key))
+        else:
+            assert OmegaConf.select(cfg, key) is not None, key
+
+
+@pytest.mark.parametrize("name", names("pair"))
+def test_every_pair_validates(name: str) -> None:
+    spec = validate(compose_cfg(f"pair={name}"))
+    assert spec.cfg.pair.name == name
+    assert spec.draft is not None
+    if spec.target.loader == "hub":
+        assert spec.target.device_map == "auto" and spec.target.dtype == "float16"
+    assert spec.cfg.pair.chat_template == (name == "smollm2" or name.endswith("_chat"))
+
+
+def test_method_configs_match_the_registry() -> None:
+    from mtad.methods import METHODS, build_params
+
+    assert set(names("method")) == set(METHODS)
+    for name in METHODS:
+        spec = validate(compose_cfg(f"method={name}"))
+        # the YAML spells out every parameter, at the dataclass defaults (authors' defaults)
+        yaml_keys = set(OmegaConf.load(CONF / "method" / f"{name}.yaml")) - {"name"}
+        assert yaml_keys == set(spec.method_params)
+        assert spec.method_params == dataclasses.asdict(build_params(name))
+
+
+def test_model_spec_schema_mirrors_the_engine() -> None:
+    from mtad.models import ModelSpec
+
+    mine = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpecConfig)}
+    theirs = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpec)}
+    assert mine == theirs
+
+
+BAD_VALUES = [
+    ("method.gamma=0", "method.gamma"),
+    ("method.tau=1.5", "method.tau"),
+    ("method.name=foo", "method.name"),
+    ("+method.foo=1", "method.foo"),
+    ("method.top_p=0", "method.top_p"),
+    ("pair.target.dtype=int8", "pair.target.dtype"),
+    ("pair.draft.loader=s3", "pair.draft.loader"),
+    ("runtime.threads=0", "runtime.threads"),
+    ("runtime.device=tpu", "runtime.device"),
+    ("logger.mode=loud", "logger.mode"),
+    ("energy.tracker=meter", "energy.tracker"),
+    ("results.study=a/b", "results.study"),
+    ("task.limit=-1", "task.limit"),
+    ("+task.foo=1", "task.foo"),
+    ("pair.draft=null", "pair.draft"),  # mtad needs a draft
+]
+
+
+@pytest.mark.parametrize(("override", "key"), BAD_VALUES)
+def test_bad_values_name_their_key_on_one_line(smoke: DictConfig, override: str, key: str) -> None:
+    from mtad.harness.runner import prepare
+
+    cfg = with_values(smoke, override)
+    with pytest.raises(ConfigError) as info:
+        prepare(cfg)  # validation + task data; loads no model
+    assert info.value.key == key
+    assert str(info.value).startswith(f"{key}: ") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [
+        (["method=foo"], "method"),
+        (["pair=nope"], "pair"),
+        (["-m", "method=ar,foo"], "method"),
+        (["+experiment=llama7b"], "experiment"),
+        (["task=glue"], "task"),
+    ],
+)
+def test_unknown_group_choice_is_caught_before_hydra(argv: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_group_choices(argv, CONF)
+    assert info.value.key == key and "choose from" in str(info.value)
+
+
+def test_known_group_choices_pass() -> None:
+    check_group_choices(
+        [
+            "-m",
+            "method=ar,mtad",
+            "pair=tiny",
+            "+experiment=smoke",
+            "method.gamma=2,3",
+            "hydra/launcher=joblib",
+        ],
+        CONF,
+    )
+
+
+def _signature(cfg: DictConfig, *assignments: str) -> str:
+    from mtad.harness.runner import prepare
+
+    return prepare(with_values(cfg, *assignments)).signature
+
+
+def test_signature_ignores_logging_device_and_output_keys(smoke: DictConfig) -> None:
+    base = _signature(smoke)
+    assert _signature(compose_cfg("+experiment=smoke", "logger=none", "energy=none")) == base
+    same = [
+        "logger.project=other",
+        "energy.tracking_mode=machine",
+        "results.root=/elsewhere",
+        "results.study=other",
+        "runtime.threads=2",
+        "runtime.progress=false",
+        "tags=[x]",
+        "pair.target.device_map=auto",
+    ]
+    for assignment in same:
+        assert _signature(smoke, assignment) == base, assignment
+
+
+def test_signature_follows_result_relevant_keys(smoke: DictConfig) -> None:
+    base = _signature(smoke)
+    changed = [
+        "method.gamma=2",
+        "method.tau=0.3",
+        "runtime.seed=1",
+        "task.limit=1",
+        "pair.draft.tiny.seed=5",
+        "runtime.warmup_tokens=0",
+    ]
+    sigs = {_signature(smoke, a) for a in changed}
+    sigs.add(_signature(compose_cfg("+experiment=smoke", "method=sps")))
+    assert base not in sigs and len(sigs) == len(changed) + 1
+    # params at their defaults, spelled out or not, hash the same (defaults are filled in)
+    assert _signature(smoke, "method.gamma=4") == base
+    assert _signature(smoke, "method.tau=0.5", "method.replacement=false") == base
+
+
+def test_signature_is_stable_and_readable() -> None:
+    config = {
+        "method": {"name": "mtad", "gamma": 4},
+        "pair": {"name": "tiny"},
+        "task": {"name": "prompts"},
+        "runtime": {"seed": 0, "threads": 3},
+    }
+    sig = run_signature(config)
+    assert sig.startswith("mtad-tiny-prompts-") and len(sig.rsplit("-", 1)[1]) == 10
+    config["runtime"]["threads"] = 1
+    assert run_signature(config) == sig
