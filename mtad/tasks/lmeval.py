@@ -312,10 +312,10 @@ class LMEvalTask(Task):
         include_path: Sequence[str] | str | None = None,
         num_fewshot: int | None = None,
         bootstrap_iters: int = 1000,
-        max_gen_toks: int = 256,
+        max_new_tokens: int = 256,
         **common: Any,
     ) -> None:
-        super().__init__(max_new_tokens=max_gen_toks, **common)
+        super().__init__(max_new_tokens=max_new_tokens, **common)
         if isinstance(tasks, str):
             tasks = [tasks]
         if not tasks:
@@ -328,7 +328,6 @@ class LMEvalTask(Task):
                 raise FileNotFoundError(f"task.include_path: {p} is not a folder")
         self.num_fewshot = num_fewshot
         self.bootstrap_iters = bootstrap_iters
-        self.max_gen_toks = max_gen_toks
         self.results: dict[str, Any] | None = None
         self._task_manager: Any = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -347,7 +346,7 @@ class LMEvalTask(Task):
                         Sample(
                             id=f"{name}/{doc_id}",
                             turns=[str(task.doc_to_text(docs[doc_id]))],
-                            max_new_tokens=self.max_gen_toks,
+                            max_new_tokens=self.max_new_tokens,
                             reference={"task": name, "doc_id": doc_id},
                         )
                     )
@@ -395,7 +394,7 @@ class LMEvalTask(Task):
     ) -> list[SampleOutput]:
         import lm_eval
 
-        lm = MTADLM(generator, target_model, max_gen_toks=self.max_gen_toks)
+        lm = MTADLM(generator, target_model, max_gen_toks=self.max_new_tokens)
         chat = self.use_chat(tokenizer if tokenizer is not None else generator.tokenizer)
         subset = self._subset()
         results = lm_eval.simple_evaluate(
