@@ -42,9 +42,10 @@ class EnergyMeter:
         if not self.enabled:
             return
         start = time.perf_counter()
-        # codecarbon logs at INFO from its constructor, before it applies log_level.
-        logging.getLogger("codecarbon").setLevel(self.cfg.log_level.upper())
         from codecarbon import EmissionsTracker, OfflineEmissionsTracker
+
+        # Its import sets INFO and its constructor logs before applying log_level.
+        logging.getLogger("codecarbon").setLevel(self.cfg.log_level.upper())
 
         common: dict[str, Any] = {
             "save_to_file": False,
