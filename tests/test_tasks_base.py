@@ -151,3 +151,34 @@ def test_build_task_errors_name_the_key() -> None:
         build_task({"name": "nope"})
     with pytest.raises(ValueError, match="task.bogus"):
         build_task({"name": "prompts", "bogus": 1})
+
+
+def test_stop_detection_fires_at_the_first_block_that_completes_it(tok) -> None:  # noqa: ANN001
+    """Windowed stop checks (constant cost per iteration) agree with decoding everything:
+    random texts with multi-byte characters, random stop strings and block sizes."""
+    import math
+    import random
+
+    rng = random.Random(1)
+    alphabet = list("ab \n#dé€:;")
+    checked = 0
+    for _ in range(200):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+        stop = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 3)))]
+        block = rng.randint(1, 4)
+        gen = TextGenerator(ScriptedDecoder(tok, text, block=block), tok)(
+            "pr", max_new_tokens=400, stop=stop
+        )
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        first = next(
+            (k for k in range(1, len(ids) + 1) if first_stop(tok.decode(ids[:k]), stop) >= 0),
+            None,
+        )
+        if first is None:
+            assert gen.text == text and gen.stopped_by == "max_new_tokens"
+            continue
+        checked += 1
+        assert len(gen.output_ids) == first
+        assert gen.n_generated == min(len(ids), math.ceil(first / block) * block)
+        assert gen.text == text[: first_stop(text, stop)]
+    assert checked > 50

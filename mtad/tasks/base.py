@@ -161,9 +161,18 @@ class TextGenerator:
         stop = tuple(s for s in stop if s)
         should_stop = None
         if stop:
+            # Decode only the tokens added since the last check plus enough before them to hold
+            # a stop string (a character can take up to 4 byte tokens): a constant cost per
+            # iteration, so one-token-per-iteration methods pay no more per token than others.
+            reach = 4 * max(len(s) for s in stop) + 2
+            checked = 0
 
             def should_stop(new_ids: list[int]) -> bool:
-                return first_stop(self.decode(prompt_ids, new_ids), stop) >= 0
+                nonlocal checked
+                start = max(0, checked - reach)
+                context = new_ids[:start] if start else prompt_ids
+                checked = len(new_ids)
+                return first_stop(self.decode(context, new_ids[start:]), stop) >= 0
 
         out = self.decoder.generate(
             prompt_ids,
