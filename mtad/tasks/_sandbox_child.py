@@ -350,6 +350,7 @@ def main() -> None:
             program = os.fork()
             if program == 0:
                 try:
+                    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the reaper
                     _run_program(workdir, guards)
                     code = 0
                 except SystemExit as e:
