@@ -1,0 +1,112 @@
+"""Fast checks of the distillation pieces (no real model): warping, objectives, overlap check."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtad.distill import objectives as O
+from mtad.distill.overlap import filter_pool, normalise, overlap_report
+from mtad.warping import WarpConfig, warp_logprobs
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("distill_draft", REPO / "scripts" / "distill_draft.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["distill_draft"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("warp", [WarpConfig(1.0, 10, 0.9), WarpConfig(0.7, 5, 0.8), WarpConfig(1.0, 10, 1.0)])
+def test_sparse_warp_matches_harness_warping(warp):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 300, generator=g) * 3
+    idx, vals, keep, logz = O.sparse_warp(logits, warp)
+    dense = torch.zeros_like(logits)
+    dense.scatter_(-1, idx, torch.where(keep, (vals - logz).exp(), torch.zeros_like(vals)))
+    ref = warp_logprobs(logits, warp).exp()
+    assert torch.allclose(dense, ref, atol=1e-6)
+
+
+def test_warped_overlap_is_exact_expected_acceptance_and_differentiable():
+    g = torch.Generator().manual_seed(1)
+    t = torch.randn(32, 200, generator=g) * 2
+    d = (t + torch.randn(32, 200, generator=g)).requires_grad_(True)
+    ov = O.warped_overlap(t, d)
+    exact = O.heldout_metrics(t, d.detach())["accept"]
+    assert torch.allclose(ov.detach(), exact, atol=1e-5)
+    (1 - ov).sum().backward()
+    assert d.grad is not None and torch.isfinite(d.grad).all() and d.grad.abs().sum() > 0
+    same = O.warped_overlap(t, t.clone())
+    assert torch.allclose(same, torch.ones_like(same), atol=1e-5)
+
+
+def test_forward_kl_matches_definition():
+    g = torch.Generator().manual_seed(2)
+    t, d = torch.randn(8, 50, generator=g), torch.randn(8, 50, generator=g)
+    tl = torch.log_softmax(t, -1)
+    ref = (tl.exp() * (tl - torch.log_softmax(d, -1))).sum(-1)
+    assert torch.allclose(O.forward_kl(tl, d), ref, atol=1e-6)
+    assert torch.allclose(O.forward_kl(tl, t), torch.zeros(8), atol=1e-6)
+
+
+def test_overlap_check_finds_and_filters_shared_ngrams():
+    evals = {"humaneval": ["def add(a, b):\n    \"\"\"Add two numbers a and b together and return the sum\"\"\""]}
+    pool = [{"text": "Please add two numbers a and b together and return the sum quickly."},
+            {"text": "Write a story about a lighthouse."},
+            {"text": "DEF add(a,b): add two numbers"}]
+    texts = [p["text"] for p in pool]
+    rep = overlap_report(texts, evals, n=8)
+    assert rep["overlapping_items"]["humaneval"] == 1 and not rep["disjoint"]
+    kept, dropped = filter_pool(pool, texts, evals, n=8)
+    assert len(kept) == 2 and dropped == {"humaneval": 1}
+    assert normalise("Hello, World_1!") == ["hello", "world_1"]
+    # an exact (normalised) prompt match counts even when shorter than n words
+    assert overlap_report(["def  ADD(a, b)"], {"x": ["def add(a,b)"]}, n=8)["overlapping_items"]["x"] == 1
+
+
+def test_pool_items_have_text_and_no_sql():
+    from mtad.distill.pool import SQL_RE, _chat_templated, item_text
+    import random
+
+    items = list(_chat_templated(random.Random(0), 200))
+    assert all(item_text(it) and not SQL_RE.search(item_text(it)) for it in items)
+    assert SQL_RE.search("SELECT name FROM singer") and SQL_RE.search("create table t (a int)")
+
+
+def test_draft_spec_and_tiny_training_step():
+    mod = _load_script()
+    spec = mod.DraftSpec.parse("X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5")
+    assert (spec.layers, spec.hidden, spec.tv_weight) == (1, 32, 0.5)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    target = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # a peaked target, so that the draft has something to learn
+        target.model.norm.weight.mul_(30.0)
+    args = mod.parse_args(["--out", "/tmp/unused", "--max-steps", "1", "--device", "cpu",
+                           "--tokens-per-step", "256", "--micro-tokens", "128", "--autocast", "off"])
+    draft = mod.build_draft(spec, target, args)
+    buf = mod.Buffer()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(8):
+        seq = torch.randint(3, 97, (20,), generator=g).tolist()
+        buf.add(seq[:8], seq[8:], "chat", False)
+    opt = torch.optim.AdamW(draft.parameters(), lr=3e-3)
+    import random
+
+    losses = []
+    for _ in range(8):
+        stats, ntok = mod.train_step(args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3)
+        losses.append(stats["X"]["kl"])
+    assert ntok > 0 and losses[-1] < losses[0]
