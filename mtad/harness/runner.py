@@ -167,7 +167,9 @@ def run(cfg: DictConfig) -> RunOutcome:
 
         with _progress(prep) as progress, _timer(overhead, "generate_loop"):
             energy.start()
-            outputs = prep.task.generate(generator, pair.tokenizer, progress=progress)
+            outputs = prep.task.generate(
+                generator, pair.tokenizer, **_task_kwargs(prep, pair), progress=progress
+            )
             stats = _total_stats(outputs)
             energy_block = energy.stop(stats.new_tokens)
 
@@ -289,6 +291,14 @@ class _progress:
 
     def __exit__(self, *exc: object) -> None:
         self.bar.close()
+
+
+def _task_kwargs(prep: Prepared, pair: Any) -> dict[str, Any]:
+    """``target_model`` for tasks whose ``generate`` also scores log-likelihoods (lm_eval)."""
+    import inspect
+
+    params = inspect.signature(prep.task.generate).parameters
+    return {"target_model": pair.target.model} if "target_model" in params else {}
 
 
 def _total_stats(outputs: list[Any]) -> Any:
