@@ -49,3 +49,10 @@ class SweepSummary(Callback):
             f" -> {', '.join(studies) or 'no results'}"
         )
         print_runs(runs, title)
+        launcher = str(config.hydra.launcher.get("_target_", ""))
+        if counts["done"] > 1 and "BasicLauncher" not in launcher:
+            print(
+                f"note: {launcher.rsplit('.', 1)[-1]} may run jobs side by side; timings and "
+                "energy of jobs sharing a machine are not comparable (time with the basic "
+                "launcher, or one job per node)."
+            )
