@@ -119,9 +119,17 @@ def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
 
 
 def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Standard Gumbel noise shaped like ``x`` drawn from ``generator`` (no host sync)."""
-    u = torch.empty_like(x, dtype=torch.float32).exponential_(1.0, generator=generator)
-    return -torch.log(u)
+    """Standard Gumbel noise shaped like ``x`` drawn from ``generator`` (no host sync).
+
+    ``-log(-log U)`` with ``U`` uniform in ``[tiny, 1)``, so the noise is always finite. Built
+    from ``uniform_`` rather than ``exponential_``: on CPUs where MKL's exponential generator
+    takes its generic path (AMD) that costs ~3x more per 49k-entry row (bench/README.md).
+    """
+    u = torch.empty_like(x, dtype=torch.float32).uniform_(generator=generator)
+    return u.clamp_(min=_TINY).log_().neg_().log_().neg_()
+
+
+_TINY = torch.finfo(torch.float32).tiny
 
 
 def sample_from_logprobs(
