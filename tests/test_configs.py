@@ -236,3 +236,15 @@ def test_signature_is_stable_and_readable() -> None:
     assert sig.startswith("mtad-tiny-prompts-") and len(sig.rsplit("-", 1)[1]) == 10
     config["runtime"]["threads"] = 1
     assert run_signature(config) == sig
+
+
+def test_missing_local_model_folder_is_reported_before_loading(smoke: DictConfig) -> None:
+    from mtad.harness.runner import prepare
+
+    cfg = with_values(smoke, "pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing")
+    with pytest.raises(ConfigError) as info:
+        prepare(cfg)
+    assert info.value.key == "pair.draft.path" and "nothing is missing" in str(info.value)
+    # a method without a draft does not need the draft's folder
+    ar = compose_cfg("+experiment=smoke", "method=ar")
+    prepare(with_values(ar, "pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing"))

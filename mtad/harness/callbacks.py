@@ -41,7 +41,7 @@ class SweepSummary(Callback):
 
         pointers = read_pointers(config.hydra.sweep.dir)
         done = [p for p in pointers if p.get("status") in ("done", "skipped")]
-        runs = load_runs(Path(p["result_dir"]) / METRICS_FILE for p in done)
+        runs = load_runs({Path(p["result_dir"]) / METRICS_FILE for p in done})
         counts = {s: sum(p.get("status") == s for p in pointers) for s in ("done", "skipped")}
         studies = sorted({str(Path(p["result_dir"]).parent) for p in done})
         title = (
@@ -49,6 +49,14 @@ class SweepSummary(Callback):
             f" -> {', '.join(studies) or 'no results'}"
         )
         print_runs(runs, title)
+        signatures = [p.get("signature") for p in done]
+        repeated = len(signatures) - len(set(signatures))
+        if repeated:
+            print(
+                f"note: {repeated} job(s) repeated another job's signature: they differ only in "
+                "keys the signature ignores (mtad/harness/signature.py: EXCLUDED), so they were "
+                "skipped. Sweep those keys in separate studies."
+            )
         launcher = str(config.hydra.launcher.get("_target_", ""))
         if counts["done"] > 1 and "BasicLauncher" not in launcher:
             print(

@@ -103,6 +103,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     method = build_method(spec.method_name, **spec.method_params)
     if method.uses_draft and spec.draft is None:
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
+    _check_local_models(spec, method.uses_draft)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     config.pop("hydra", None)
@@ -112,6 +113,18 @@ def prepare(cfg: DictConfig) -> Prepared:
     signature = run_signature(config)
     folder = result_dir(spec.cfg.results.root, spec.cfg.results.study, signature)
     return Prepared(spec, config, task, method, signature, folder)
+
+
+def _check_local_models(spec: RunSpec, uses_draft: bool) -> None:
+    """A missing shipped model folder fails here, not after the target has loaded."""
+    from mtad.models import resolve_path
+
+    for role, model in (("target", spec.target), ("draft", spec.draft if uses_draft else None)):
+        if model is None or model.loader != "local":
+            continue
+        folder = Path(resolve_path(model.path or ""))
+        if not folder.is_dir():
+            raise ConfigError(f"pair.{role}.path", f"model folder {folder} is missing")
 
 
 def build_task(spec: RunSpec) -> Any:
