@@ -60,7 +60,6 @@ from mtad.distill.evalsets import evaluation_texts, heldout_items  # noqa: E402
 from mtad.distill.overlap import filter_pool, overlap_report  # noqa: E402
 from mtad.distill.pool import build_pool, item_text, load_pool, pool_fingerprint, save_pool  # noqa: E402
 from mtad.distill.topics import FOLLOW_UPS  # noqa: E402
-from mtad.warping import WarpConfig  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # configuration
@@ -103,6 +102,15 @@ def parse_args(argv=None):
     ap.add_argument("--transport-dir", default=None,
                     help="also write split copies (<draft>.st.partNN + meta.tar) here")
     ap.add_argument("--transport-chunk-mib", type=float, default=15.5)
+    ap.add_argument("--save-data", action="store_true",
+                    help="also save the generated sequences (uint16 ids) as data.npz in --out "
+                         "(and as data.npz.partNN in --transport-dir), to reuse with --data-in")
+    ap.add_argument("--data-in", nargs="*", default=[],
+                    help="data.npz files of earlier runs, added to the buffer before training")
+    ap.add_argument("--init-from", default=None,
+                    help="start the drafts from this draft folder (same architecture)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="no training: evaluate --init-from and write its report into --out")
     # data
     ap.add_argument("--pool", default=str(REPO / ".dev" / "distill_pool.jsonl.gz"))
     ap.add_argument("--pool-seed", type=int, default=0)
@@ -152,7 +160,11 @@ def parse_args(argv=None):
     ap.add_argument("--require-eval-kinds", default="humaneval,mtbench",
                     help="fail early unless these evaluation sets are found (comma list)")
     args = ap.parse_args(argv)
-    if not args.time_budget and not args.max_steps:
+    if args.eval_only:
+        if not args.init_from:
+            ap.error("--eval-only needs --init-from")
+        args.time_budget, args.max_steps = 0.0, 0
+    elif not args.time_budget and not args.max_steps:
         ap.error("give --time-budget or --max-steps")
     if not args.drafts:
         args.drafts = [DraftSpec.parse("L4:layers=4")]
@@ -204,8 +216,8 @@ def build_draft(spec: DraftSpec, target, args):
         max_position_embeddings=getattr(tc, "max_position_embeddings", 8192),
         rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-5), tie_word_embeddings=True,
         bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id,
-        rope_parameters={"rope_type": "default",
-                         "rope_theta": float(rope.get("rope_theta", getattr(tc, "rope_theta", 1e4)))},
+        rope_parameters={"rope_type": "default", "rope_theta": float(
+            rope.get("rope_theta", getattr(tc, "rope_theta", 1e4)))},
     )
     model = LlamaForCausalLM(cfg)
     if args.init_embed == "pca":
@@ -213,7 +225,8 @@ def build_draft(spec: DraftSpec, target, args):
             emb = target.get_input_embeddings().weight.detach().float().to(args.device)
             centred = emb - emb.mean(0, keepdim=True)
             # top principal directions of the target's embedding rows
-            _, _, v = torch.linalg.svd(centred[:: max(1, emb.shape[0] // 16384)], full_matrices=False)
+            sample = centred[:: max(1, emb.shape[0] // 16384)]
+            _, _, v = torch.linalg.svd(sample, full_matrices=False)
             k = min(spec.hidden, v.shape[0])
             proj = centred @ v[:k].T
             proj *= emb.std() / proj.std()
@@ -346,7 +359,6 @@ def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Rando
     idx = rng.sample(range(n), k)
     batches = make_batches(buf, idx, args.micro_tokens)
     total_w = 0.0
-    stats = {s.name: {"kl": 0.0, "tv": 0.0, "agree": 0.0} for s in specs}
     for opt in opts:
         for g in opt.param_groups:
             g["lr"] = lr
@@ -358,33 +370,41 @@ def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Rando
         ws = w[sel]
         cells.append((x, sel, ws))
         total_w += float(ws.sum())
+    acc = {s.name: {k: torch.zeros((), device=args.device) for k in ("kl", "tv", "agree")}
+           for s in specs}
     for x, sel, ws in cells:
-        with torch.no_grad(), autocast_ctx(args):
-            th = target.model(input_ids=x).last_hidden_state[sel]
-            t_logits = target.lm_head(th).float()
-        t_logp = torch.log_softmax(t_logits, -1)
-        negent = (t_logp.exp() * t_logp).sum(-1)
-        t_arg = t_logits.argmax(-1)
+        # target-side quantities once per micro-batch, shared by every draft
+        with torch.no_grad():
+            with autocast_ctx(args):
+                th = target.model(input_ids=x).last_hidden_state[sel]
+                t_logits = target.lm_head(th).float()
+            t_logp = torch.log_softmax(t_logits, -1)
+            t_p = t_logp.exp()
+            negent = (t_p * t_logp).sum(-1)
+            t_arg = t_logits.argmax(-1)
+            t_warped = O.target_sparse(t_logits) if any(s.tv_weight > 0 for s in specs) else None
+            del t_logits, th
         for spec, d in zip(specs, drafts, strict=True):
             with autocast_ctx(args):
                 dh = d.model(input_ids=x).last_hidden_state[sel]
                 d_logits = d.lm_head(dh).float()
-            kl = O.forward_kl(t_logp, d_logits, negent)
+            kl = O.forward_kl(t_logp, d_logits, negent, t_p)
             loss = (kl * ws).sum() / total_w
-            st = stats[spec.name]
+            a = acc[spec.name]
             if spec.tv_weight > 0:
-                ov = O.warped_overlap(t_logits, d_logits)
+                ov = O.warped_overlap(None, d_logits, target_warped=t_warped)
                 loss = loss + spec.tv_weight * ((1 - ov) * ws).sum() / total_w
-                st["tv"] += float(((1 - ov.detach()) * ws).sum()) / total_w
+                a["tv"] += ((1 - ov.detach()) * ws).sum() / total_w
             loss.backward()
-            st["kl"] += float((kl.detach() * ws).sum()) / total_w
-            st["agree"] += float(((d_logits.argmax(-1) == t_arg).float() * ws).sum()) / total_w
+            a["kl"] += (kl.detach() * ws).sum() / total_w
+            a["agree"] += ((d_logits.detach().argmax(-1) == t_arg).float() * ws).sum() / total_w
             del d_logits, dh, kl, loss
-        del t_logits, t_logp, negent, th
+        del t_logp, t_p, negent, t_warped
     for d, opt in zip(drafts, opts, strict=True):
         if args.grad_clip:
             torch.nn.utils.clip_grad_norm_(d.parameters(), args.grad_clip)
         opt.step()
+    stats = {name: {k: float(v) for k, v in a.items()} for name, a in acc.items()}
     tokens = int(sum(int(sel.sum()) for _, sel, _ in cells))
     return stats, tokens
 
@@ -530,7 +550,7 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
         f"{spec.intermediate}, {spec.heads} heads / {spec.kv_heads} KV heads, tied full-vocabulary "
         f"embeddings ({recipe['vocab_size']}), {n_params / 1e6:.2f}M parameters, "
         f"{size_bytes / 2**20:.1f} MiB bf16 safetensors.",
-        f"- Objective: KL(p || q) full vocabulary, temperature 1"
+        "- Objective: KL(p || q) full vocabulary, temperature 1"
         + (f" + {spec.tv_weight} x (1 - sum_v min(p_w, q_w)) under the authors' warping"
            if spec.tv_weight > 0 else "") + ".",
         f"- Data: {recipe['plan']['gen_tokens']:,} target-generated response tokens "
@@ -597,6 +617,7 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
               if k != "lm_head.weight"}
         cfg = d.config.to_dict()
         cfg["dtype"] = "bfloat16"
+        cfg["architectures"] = ["LlamaForCausalLM"]
         tmp = folder / "model.safetensors.tmp"
         save_file(sd, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / "model.safetensors")
@@ -628,11 +649,45 @@ def transport(out: Path, tdir: Path, specs, chunk_mib: float):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         for p in sorted(out.rglob("*")):
-            if p.is_file() and not p.name.startswith("model.safetensors"):
+            if p.is_file() and not p.name.startswith(("model.safetensors", "data.npz")):
                 tf.add(p, arcname=str(p.relative_to(out)))
     tmp = tdir / "meta.tar.tmp"
     tmp.write_bytes(buf.getvalue())
     os.replace(tmp, tdir / "meta.tar")
+
+
+def save_data(buf: Buffer, path: Path, transport_dir: str | None, chunk_mib: float):
+    """Generated sequences as uint16 ids (+ lengths, prompt lengths, kinds), atomically."""
+    import numpy as np
+
+    lens = np.array([len(x) for x in buf.seqs], dtype=np.int32)
+    toks = np.fromiter((t for x in buf.seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, tokens=toks, lens=lens, plens=np.array(buf.plens, dtype=np.int32),
+             kinds=np.array(buf.kinds), gen_tokens=buf.gen_tokens,
+             gen_tokens_greedy=buf.gen_tokens_greedy)
+    os.replace(tmp, path)
+    if transport_dir:
+        data, chunk = path.read_bytes(), int(chunk_mib * 2**20)
+        for j in range(math.ceil(len(data) / chunk)):
+            t = Path(transport_dir) / f"data.npz.part{j:02d}.tmp"
+            t.write_bytes(data[j * chunk : (j + 1) * chunk])
+            os.replace(t, Path(transport_dir) / f"data.npz.part{j:02d}")
+
+
+def load_data(path: str, buf: Buffer) -> None:
+    import numpy as np
+
+    z = np.load(path)
+    toks, lens = z["tokens"].astype(np.int64), z["lens"]
+    off = 0
+    for n, p, k in zip(lens, z["plens"], z["kinds"], strict=True):
+        buf.seqs.append(toks[off : off + n].tolist())
+        buf.plens.append(int(p))
+        buf.kinds.append(str(k))
+        off += n
+    buf.gen_tokens += int(z["gen_tokens"])
+    buf.gen_tokens_greedy += int(z["gen_tokens_greedy"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,7 +718,9 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     out = Path(args.out)
-    log = print
+    from tqdm import tqdm
+
+    log = tqdm.write
 
     # ---- pool and disjointness
     pool_path = Path(args.pool)
@@ -707,6 +764,19 @@ def main(argv=None):
         opts.append(torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
                                        {"params": no_decay, "weight_decay": 0.0}],
                                       lr=args.lr, betas=(0.9, 0.95), fused=fused))
+    if args.init_from:
+        from safetensors.torch import load_file
+
+        init_sd = load_file(str(Path(args.init_from) / "model.safetensors"))
+        for s, d in zip(specs, drafts, strict=True):
+            missing, unexpected = d.load_state_dict(
+                {k: v.float() for k, v in init_sd.items()}, strict=False)
+            missing = [k for k in missing if k != "lm_head.weight"]
+            if missing or unexpected:
+                raise SystemExit(f"--init-from {args.init_from} does not fit draft {s.name}: "
+                                 f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+            d.tie_weights()
+            log(f"draft {s.name}: initialised from {args.init_from}")
     for s, d in zip(specs, drafts, strict=True):
         log(f"draft {s.name}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M params")
 
@@ -715,6 +785,7 @@ def main(argv=None):
     step, cursor, gen_batches, train_tokens = 0, 0, 0, 0
     finished_chats: list[tuple[dict, list[int]]] = []
     elapsed_before = 0.0
+    resumed_loop_start = None
     ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else None
     if ckpt_dir and (st := load_ckpt(ckpt_dir)):
         for d, sd in zip(drafts, st["drafts"], strict=True):
@@ -726,9 +797,16 @@ def main(argv=None):
         gen_batches, train_tokens = st["gen_batches"], st["train_tokens"]
         finished_chats = st["finished_chats"]
         elapsed_before = st["elapsed"]
+        resumed_loop_start = st.get("loop_start")
         rng.setstate(st["rng"])
         torch.set_rng_state(st["torch_rng"])
         log(f"resumed from {ckpt_dir}: step {step}, {buf.gen_tokens} generated tokens")
+
+    if args.data_in and not buf.seqs:
+        for f in args.data_in:
+            n0 = len(buf.seqs)
+            load_data(f, buf)
+            log(f"loaded {len(buf.seqs) - n0} sequences from {f}: {buf.gen_tokens} tokens")
 
     # ---- held-out sets (target responses generated once)
     t0 = time.perf_counter()
@@ -739,9 +817,9 @@ def main(argv=None):
     recipe = {
         "target": args.target, "target_dtype": args.target_dtype, "seed": args.seed,
         "vocab_size": target.config.vocab_size,
-        "args": {k: (v if not isinstance(v, list) else [asdict(x) if isinstance(x, DraftSpec) else x for x in v])
-                 for k, v in vars(args).items()},
-        "warp": asdict(O.AUTHORS_WARP) if hasattr(O.AUTHORS_WARP, "__dataclass_fields__") else str(O.AUTHORS_WARP),
+        "args": {k: ([asdict(x) if isinstance(x, DraftSpec) else x for x in v]
+                     if isinstance(v, list) else v) for k, v in vars(args).items()},
+        "warp": asdict(O.AUTHORS_WARP),
         "pool": {"path": str(pool_path), "fingerprint": pool_fingerprint(pool),
                  "items_before_filter": len(texts), "items_after_filter": len(pool),
                  "train_items": len(train_pool), "heldout_items": len(heldout_pool),
@@ -761,10 +839,16 @@ def main(argv=None):
 
     budget = args.time_budget
 
+    def elapsed():
+        return elapsed_before + time.perf_counter() - t_start
+
+    loop_start = resumed_loop_start if resumed_loop_start is not None else elapsed()
+    # ^ the schedule (gen phase, lr decay) spans the loop, not the set-up
+
     def progress():
         if budget:
-            return (elapsed_before + time.perf_counter() - t_start) / budget
-        return step / args.max_steps
+            return (elapsed() - loop_start) / max(1.0, budget - args.final_reserve_s - loop_start)
+        return step / max(1, args.max_steps)
 
     def gen_phase():
         if budget:
@@ -775,8 +859,6 @@ def main(argv=None):
         if budget:
             return elapsed_before + time.perf_counter() - t_start >= budget - args.final_reserve_s
         return step >= args.max_steps
-
-    from tqdm import tqdm
 
     bar = tqdm(total=int(budget) if budget else args.max_steps, unit="s" if budget else "step",
                desc="distil", dynamic_ncols=True, mininterval=2.0)
@@ -789,12 +871,15 @@ def main(argv=None):
         metrics = evaluate(args, target, drafts, specs, eval_sets, buf)
         recipe["plan"] = plan()
         export(args, out, specs, drafts, recipe, history, metrics, overlap, final)
+        if args.save_data:
+            save_data(buf, out / "data.npz", args.transport_dir, args.transport_chunk_mib)
         summary = {s.name: {k: (round(v["agree"], 4), round(v["accept"], 4))
                             for k, v in metrics[s.name].items()} for s in specs}
         log(f"[export step {step}] (agree, accept): {json.dumps(summary)}")
 
     while not done():
-        need_gen = gen_phase() and (not buf.seqs or train_tokens >= args.replay_ratio * buf.gen_tokens)
+        need_gen = gen_phase() and (
+            not buf.seqs or train_tokens >= args.replay_ratio * buf.gen_tokens)
         if need_gen or not buf.seqs:
             # ---- one generation batch
             greedy = rng.random() < args.gen_greedy_frac
@@ -818,15 +903,23 @@ def main(argv=None):
                     prompts.append(p)
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
             tg = time.perf_counter()
-            resps = generate(target, tok, [prompts[i] for i in order], args.gen_max_new, greedy,
-                             args.device, args.seed * 1_000_003 + gen_batches)
+            try:
+                resps = generate(target, tok, [prompts[i] for i in order], args.gen_max_new,
+                                 greedy, args.device, args.seed * 1_000_003 + gen_batches)
+            except torch.OutOfMemoryError:
+                args.gen_batch_size = max(8, args.gen_batch_size // 2)
+                cursor -= len(batch_items)
+                torch.cuda.empty_cache()
+                log(f"out of memory while generating: gen batch size -> {args.gen_batch_size}")
+                continue
             new = 0
             for j, i in enumerate(order):
                 r = resps[j]
                 buf.add(prompts[i], r, batch_items[i]["kind"], greedy)
                 new += len(r)
                 it = batch_items[i]
-                if ("messages" in it and it["kind"] != "followup" and "assistant_prefix" not in it and r
+                if ("messages" in it and it["kind"] != "followup"
+                        and "assistant_prefix" not in it and r
                         and r[-1] == tok.eos_token_id and len(r) < 300):
                     finished_chats.append((it, r))
                     if len(finished_chats) > 4096:
@@ -839,7 +932,13 @@ def main(argv=None):
             continue
         # ---- one training step
         lr = lr_at(args, progress(), step)
-        stats, ntok = train_step(args, target, drafts, opts, specs, buf, rng, lr)
+        try:
+            stats, ntok = train_step(args, target, drafts, opts, specs, buf, rng, lr)
+        except torch.OutOfMemoryError:
+            args.micro_tokens = max(1024, args.micro_tokens // 2)
+            torch.cuda.empty_cache()
+            log(f"out of memory while training: micro-batch tokens -> {args.micro_tokens}")
+            continue
         step += 1
         train_tokens += ntok
         history.append({"step": step, "tokens": train_tokens, "gen_tokens": buf.gen_tokens,
@@ -867,6 +966,7 @@ def main(argv=None):
                 "gen_batches": gen_batches, "train_tokens": train_tokens,
                 "finished_chats": finished_chats,
                 "elapsed": elapsed_before + time.perf_counter() - t_start,
+                "loop_start": loop_start,
                 "rng": rng.getstate(), "torch_rng": torch.get_rng_state()})
             last_ckpt = time.perf_counter()
     bar.close()

@@ -17,14 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("distill_draft", REPO / "scripts" / "distill_draft.py")
+    spec = importlib.util.spec_from_file_location(
+        "distill_draft", REPO / "scripts" / "distill_draft.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules["distill_draft"] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
-@pytest.mark.parametrize("warp", [WarpConfig(1.0, 10, 0.9), WarpConfig(0.7, 5, 0.8), WarpConfig(1.0, 10, 1.0)])
+@pytest.mark.parametrize(
+    "warp", [WarpConfig(1.0, 10, 0.9), WarpConfig(0.7, 5, 0.8), WarpConfig(1.0, 10, 1.0)]
+)
 def test_sparse_warp_matches_harness_warping(warp):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 300, generator=g) * 3
@@ -58,10 +62,16 @@ def test_forward_kl_matches_definition():
 
 
 def test_overlap_check_finds_and_filters_shared_ngrams():
-    evals = {"humaneval": ["def add(a, b):\n    \"\"\"Add two numbers a and b together and return the sum\"\"\""]}
-    pool = [{"text": "Please add two numbers a and b together and return the sum quickly."},
-            {"text": "Write a story about a lighthouse."},
-            {"text": "DEF add(a,b): add two numbers"}]
+    evals = {
+        "humaneval": [
+            'def add(a, b):\n    """Add two numbers a and b together and return the sum"""'
+        ]
+    }
+    pool = [
+        {"text": "Please add two numbers a and b together and return the sum quickly."},
+        {"text": "Write a story about a lighthouse."},
+        {"text": "DEF add(a,b): add two numbers"},
+    ]
     texts = [p["text"] for p in pool]
     rep = overlap_report(texts, evals, n=8)
     assert rep["overlapping_items"]["humaneval"] == 1 and not rep["disjoint"]
@@ -69,12 +79,16 @@ def test_overlap_check_finds_and_filters_shared_ngrams():
     assert len(kept) == 2 and dropped == {"humaneval": 1}
     assert normalise("Hello, World_1!") == ["hello", "world_1"]
     # an exact (normalised) prompt match counts even when shorter than n words
-    assert overlap_report(["def  ADD(a, b)"], {"x": ["def add(a,b)"]}, n=8)["overlapping_items"]["x"] == 1
+    assert (
+        overlap_report(["def  ADD(a, b)"], {"x": ["def add(a,b)"]}, n=8)["overlapping_items"]["x"]
+        == 1
+    )
 
 
 def test_pool_items_have_text_and_no_sql():
-    from mtad.distill.pool import SQL_RE, _chat_templated, item_text
     import random
+
+    from mtad.distill.pool import SQL_RE, _chat_templated, item_text
 
     items = list(_chat_templated(random.Random(0), 200))
     assert all(item_text(it) and not SQL_RE.search(item_text(it)) for it in items)
@@ -83,19 +97,44 @@ def test_pool_items_have_text_and_no_sql():
 
 def test_draft_spec_and_tiny_training_step():
     mod = _load_script()
-    spec = mod.DraftSpec.parse("X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5")
+    spec = mod.DraftSpec.parse(
+        "X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5"
+    )
     assert (spec.layers, spec.hidden, spec.tv_weight) == (1, 32, 0.5)
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     target = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # a peaked target, so that the draft has something to learn
         target.model.norm.weight.mul_(30.0)
-    args = mod.parse_args(["--out", "/tmp/unused", "--max-steps", "1", "--device", "cpu",
-                           "--tokens-per-step", "256", "--micro-tokens", "128", "--autocast", "off"])
+    args = mod.parse_args(
+        [
+            "--out",
+            "/tmp/unused",
+            "--max-steps",
+            "1",
+            "--device",
+            "cpu",
+            "--tokens-per-step",
+            "256",
+            "--micro-tokens",
+            "128",
+            "--autocast",
+            "off",
+        ]
+    )
     draft = mod.build_draft(spec, target, args)
     buf = mod.Buffer()
     g = torch.Generator().manual_seed(0)
@@ -107,6 +146,8 @@ def test_draft_spec_and_tiny_training_step():
 
     losses = []
     for _ in range(8):
-        stats, ntok = mod.train_step(args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3)
+        stats, ntok = mod.train_step(
+            args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3
+        )
         losses.append(stats["X"]["kl"])
     assert ntok > 0 and losses[-1] < losses[0]

@@ -22,10 +22,14 @@ AUTHORS_WARP = WarpConfig(temperature=1.0, top_k=10, top_p=0.9)
 
 
 def forward_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor,
-               target_negentropy: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-row KL(p || q); ``target_logp`` are log-probabilities, ``draft_logits`` raw logits."""
+               target_negentropy: torch.Tensor | None = None,
+               target_p: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-row KL(p || q); ``target_logp`` are log-probabilities, ``draft_logits`` raw logits.
+
+    ``target_negentropy`` (sum p log p) and ``target_p`` (exp of ``target_logp``) may be passed
+    precomputed when several drafts share one target batch."""
     d_logp = torch.log_softmax(draft_logits.float(), dim=-1)
-    p = target_logp.exp()
+    p = target_logp.exp() if target_p is None else target_p
     if target_negentropy is None:
         target_negentropy = (p * target_logp).sum(-1)
     return target_negentropy - (p * d_logp).sum(-1)
@@ -52,12 +56,21 @@ def sparse_warp(logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
     return idx, vals, keep, logz
 
 
-def warped_overlap(target_logits: torch.Tensor, draft_logits: torch.Tensor,
-                   warp: WarpConfig = AUTHORS_WARP) -> torch.Tensor:
-    """Per-row ``sum_v min(p_w, q_w)`` with sparse warping (differentiable in ``draft_logits``)."""
-    with torch.no_grad():
-        p_idx, p_vals, p_keep, p_logz = sparse_warp(target_logits, warp)
-        p_w = torch.where(p_keep, (p_vals - p_logz).exp(), torch.zeros_like(p_vals))
+@torch.no_grad()
+def target_sparse(target_logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's warped distribution as (top-k ids, probabilities; 0 where top-p drops)."""
+    p_idx, p_vals, p_keep, p_logz = sparse_warp(target_logits, warp)
+    return p_idx, torch.where(p_keep, (p_vals - p_logz).exp(), torch.zeros_like(p_vals))
+
+
+def warped_overlap(target_logits: torch.Tensor | None, draft_logits: torch.Tensor,
+                   warp: WarpConfig = AUTHORS_WARP,
+                   target_warped: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Per-row ``sum_v min(p_w, q_w)`` with sparse warping (differentiable in ``draft_logits``).
+
+    ``target_warped`` (from :func:`target_sparse`) replaces ``target_logits`` when shared."""
+    p_idx, p_w = target_warped if target_warped is not None else target_sparse(target_logits, warp)
     _, q_vals, q_keep, q_logz = sparse_warp(draft_logits, warp)
     t = warp.temperature if warp.temperature > 0 else 1.0
     # the draft's threshold: its smallest kept (tempered) logit

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (template lines read best unwrapped)
 """Offline prompt pool for draft distillation, built only from what is on disk.
 
 Every item is a dict ``{"id", "kind", "source", ...}`` with either ``"messages"`` (a chat, wrapped
@@ -104,7 +105,8 @@ def _man_summaries(max_pages: int = 4000) -> list[tuple[str, str, str]]:
     pages = sorted(p for sec in ("man1", "man5", "man7", "man8") for p in (base / sec).glob("*.gz"))
     for page in pages[:max_pages]:
         try:
-            raw = gzip.open(page, "rt", errors="replace").read(20000)
+            with gzip.open(page, "rt", errors="replace") as fh:
+                raw = fh.read(20000)
         except (OSError, EOFError):
             continue
         text = re.sub(r"\\f[BIRP]|\\[-&(]|\\\*\(..|\\e", "", raw)
@@ -151,7 +153,8 @@ def _doc_paragraphs(max_files: int = 3000) -> list[str]:
     for path in files[:max_files]:
         try:
             if path.suffix == ".gz":
-                text = gzip.open(path, "rt", errors="replace").read(60000)
+                with gzip.open(path, "rt", errors="replace") as fh:
+                    text = fh.read(60000)
             else:
                 text = path.read_text(errors="replace")[:60000]
         except (OSError, EOFError):

