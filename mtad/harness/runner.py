@@ -16,10 +16,10 @@ Order matters for honest numbers and cheap failures:
 
 from __future__ import annotations
 
-import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,27 +43,7 @@ from mtad.harness.results import (
 from mtad.harness.signature import run_signature
 from mtad.harness.wandb_logger import make_logger
 
-log = logging.getLogger(__name__)
-
 SCHEMA_VERSION = 1
-# Per-generation decoder counters copied into every samples.jsonl line.
-SAMPLE_STATS = (
-    "new_tokens",
-    "iterations",
-    "target_forwards",
-    "draft_forwards",
-    "drafted",
-    "accepted",
-    "acceptance_rate",
-    "block_efficiency",
-    "mean_accepted",
-    "time_draft",
-    "time_verify",
-    "time_other",
-    "wall_time",
-    "tokens_per_s",
-    "ms_per_token",
-)
 
 
 @dataclass
@@ -154,6 +134,8 @@ def run(cfg: DictConfig) -> RunOutcome:
 
     import torch
 
+    from mtad.tasks.base import score_outputs, total_stats
+
     if rc.runtime.threads is not None:
         torch.set_num_threads(rc.runtime.threads)
     torch.manual_seed(rc.runtime.seed)
@@ -183,12 +165,10 @@ def run(cfg: DictConfig) -> RunOutcome:
             outputs = prep.task.generate(
                 generator, pair.tokenizer, **_task_kwargs(prep, pair), progress=progress
             )
-            stats = _total_stats(outputs)
+            stats = total_stats(outputs)
             energy_block = energy.stop(stats.new_tokens)
 
         with _timer(overhead, "score"):
-            from mtad.tasks.base import score_outputs
-
             scored = score_outputs(prep.task, outputs, pair.target.model)
         records = [
             _sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)
@@ -202,9 +182,10 @@ def run(cfg: DictConfig) -> RunOutcome:
         energy.close()
         logger.finish(exit_code=1)
         raise
-    outcome = RunOutcome("done", prep.signature, prep.result_dir, metrics)
-    _print_summary(outcome)
-    return outcome
+    from mtad.harness.summary import print_run
+
+    print_run(metrics, f"{prep.signature} -> {prep.result_dir}")
+    return RunOutcome("done", prep.signature, prep.result_dir, metrics)
 
 
 def run_from_hydra(cfg: DictConfig) -> RunOutcome:
@@ -222,15 +203,11 @@ def run_from_hydra(cfg: DictConfig) -> RunOutcome:
 # pieces
 
 
-class _timer:
-    def __init__(self, into: dict[str, float], key: str) -> None:
-        self.into, self.key = into, key
-
-    def __enter__(self) -> None:
-        self.t = time.perf_counter()
-
-    def __exit__(self, *exc: object) -> None:
-        self.into[self.key] = time.perf_counter() - self.t
+@contextmanager
+def _timer(into: dict[str, float], key: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    into[key] = time.perf_counter() - start
 
 
 def _load_pair(prep: Prepared) -> Any:
@@ -314,19 +291,11 @@ def _task_kwargs(prep: Prepared, pair: Any) -> dict[str, Any]:
     return {"target_model": pair.target.model} if "target_model" in params else {}
 
 
-def _total_stats(outputs: list[Any]) -> Any:
-    from mtad.tasks.base import total_stats
-
-    return total_stats(outputs)
-
-
 def _sample_stats(output: Any) -> dict[str, Any]:
     from mtad.engine import DecodeStats
 
     stats = DecodeStats.total([g.stats for g in output.generations if g.stats is not None])
-    d = stats.as_dict(with_lengths=True)
-    row = {k: d[k] for k in SAMPLE_STATS}
-    row["accept_lengths"] = d["accept_lengths"]
+    row = stats.as_dict(with_lengths=True)
     row["prompt_tokens"] = sum(len(g.prompt_ids) for g in output.generations)
     row["turns"] = len(output.generations)
     return row
@@ -405,12 +374,6 @@ def _wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
     }
-
-
-def _print_summary(outcome: RunOutcome) -> None:
-    from mtad.harness.summary import print_run
-
-    print_run(outcome.metrics, f"{outcome.signature} -> {outcome.result_dir}")
 
 
 __all__ = ["Prepared", "RunOutcome", "prepare", "run", "run_from_hydra"]
