@@ -1,0 +1,388 @@
+"""Shared plumbing for the benchmarks: the pair, the prompts, forward clocks, memory, tables.
+
+Every benchmark measures ratios side by side in one process, methods interleaved prompt by
+prompt with the same seeds, so that machine noise (other jobs on a shared box) hits all sides
+alike. Absolute tokens/s on a shared 2-core machine mean little; the ratios are the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repository
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from mtad.models import (  # noqa: E402
+    LoadedPair,
+    ModelRunner,
+    ModelSpec,
+    build_tiny_pair,
+    build_tiny_tokenizer,
+    load_pair,
+)
+
+DEFAULT_DRAFT = "assets/drafts/smollm2-draft"
+STANDIN_DRAFT = REPO / ".dev" / "standin-draft-2l"  # ignored scratch folder, never committed
+STANDIN_LAYERS = 2
+PROMPT_FILE = REPO / "mtad" / "tasks" / "data" / "default_prompts.jsonl"
+
+# Used only when the default prompt set is missing (a stripped checkout): chat, code, prose.
+FALLBACK_PROMPTS = [
+    {"id": "fb-chat-1", "kind": "chat", "prompt": "What are three ways to sleep better?"},
+    {"id": "fb-code-1", "kind": "code", "prompt": "Write a Python function that reverses a "
+     "linked list, with a docstring."},
+    {"id": "fb-prose-1", "kind": "prose", "prompt": "Write a short paragraph about autumn in "
+     "a small harbour town."},
+    {"id": "fb-chat-2", "kind": "chat", "prompt": "How do I explain fractions to a child?"},
+    {"id": "fb-code-2", "kind": "code", "prompt": "Write a SQL query that returns the ten "
+     "customers with the highest total order value."},
+    {"id": "fb-prose-2", "kind": "prose", "prompt": "Describe a thunderstorm over the sea in "
+     "four sentences."},
+]
+
+
+# ------------------------------------------------------------------------------ arguments
+
+
+def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: int = 64) -> None:
+    g = ap.add_argument_group("pair and prompts")
+    g.add_argument("--pair", default="smollm2", choices=["smollm2", "tiny"],
+                   help="smollm2: SmolLM2-135M-Instruct + --draft; tiny: random test pair")
+    g.add_argument("--draft", default=DEFAULT_DRAFT,
+                   help=f"draft model folder (default {DEFAULT_DRAFT}); 'standin' or a missing "
+                   "default builds the stand-in (target's first 2 layers) under .dev/")
+    g.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                   help="target dtype")
+    g.add_argument("--draft-dtype", default=None, choices=["bfloat16", "float32"],
+                   help="draft dtype (default: --dtype)")
+    g.add_argument("--prompt-file", default=None,
+                   help=f"jsonl with a 'prompt' field (default {PROMPT_FILE.relative_to(REPO)})")
+    g.add_argument("--prompts", type=int, default=prompts, help="number of prompts")
+    g.add_argument("--max-new", type=int, default=max_new, help="max new tokens per prompt")
+    g.add_argument("--seed", type=int, default=0, help="seed of prompt i is seed + i")
+    g.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1 on a shared 2-core box: oversubscription costs ~20x)")
+
+
+def setup(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - logging only
+        pass
+
+
+# ---------------------------------------------------------------------------------- pair
+
+
+@dataclass
+class BenchPair:
+    pair: LoadedPair
+    name: str
+    draft_path: str | None
+    standin: bool
+    dtype: str
+    draft_dtype: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def target(self) -> ModelRunner:
+        return self.pair.target
+
+    @property
+    def draft(self) -> ModelRunner | None:
+        return self.pair.draft
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.pair.tokenizer
+
+    def describe(self) -> str:
+        if self.name == "tiny":
+            return "tiny random llama pair (tests only)"
+        draft = "stand-in draft (target's first 2 layers)" if self.standin else self.draft_path
+        return f"smollm2: SmolLM2-135M-Instruct [{self.dtype}] + {draft} [{self.draft_dtype}]"
+
+
+def build_standin_draft(out: Path = STANDIN_DRAFT, layers: int = STANDIN_LAYERS) -> Path:
+    """The target's first ``layers`` decoder layers plus its embeddings, final norm and head.
+
+    A stopgap until the distilled draft ships: it shares the tokenizer and is built offline
+    from the cached target (float32 weights; the loader casts).
+    """
+    if (out / "config.json").is_file():
+        return out
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from mtad.smollm2 import load_smollm2_target
+
+    target, _ = load_smollm2_target(dtype="float32")
+    cfg = LlamaConfig.from_dict(target.config.to_dict())
+    cfg.num_hidden_layers = layers
+    draft = LlamaForCausalLM(cfg)
+    draft.load_state_dict(target.state_dict(), strict=False)  # deeper layers are dropped
+    draft.tie_weights()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    draft.save_pretrained(tmp)
+    os.replace(tmp, out)
+    return out
+
+
+def resolve_draft(draft: str) -> tuple[Path, bool]:
+    """``(folder, is_standin)`` for the ``--draft`` flag."""
+    if draft == "standin":
+        return build_standin_draft(), True
+    path = Path(draft).expanduser()
+    path = path if path.is_absolute() else REPO / path
+    if (path / "config.json").is_file():
+        return path, False
+    if draft == DEFAULT_DRAFT:
+        print(f"[bench] {DEFAULT_DRAFT} not found: using the stand-in draft "
+              f"(target's first {STANDIN_LAYERS} layers) under {STANDIN_DRAFT}", file=sys.stderr)
+        return build_standin_draft(), True
+    raise FileNotFoundError(f"--draft: no model folder at {path}")
+
+
+def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchPair:
+    draft_dtype = args.draft_dtype or args.dtype
+    if args.pair == "tiny":
+        target, draft = build_tiny_pair("llama")
+        dt = getattr(torch, args.dtype)
+        pair = LoadedPair(
+            ModelRunner(target.to(dt), "target"),
+            ModelRunner(draft.to(getattr(torch, draft_dtype)), "draft"),
+            build_tiny_tokenizer(),
+        )
+        return BenchPair(pair, "tiny", None, False, args.dtype, draft_dtype)
+    draft_path, standin = resolve_draft(args.draft) if need_draft else (None, False)
+    pair = load_pair(
+        ModelSpec(loader="smollm2_gguf", dtype=args.dtype),
+        ModelSpec(loader="local", path=str(draft_path), dtype=draft_dtype) if need_draft else None,
+    )
+    return BenchPair(pair, "smollm2", str(draft_path) if draft_path else None, standin,
+                     args.dtype, draft_dtype)
+
+
+def eos_ids(pair: BenchPair) -> list[int]:
+    ids = set()
+    tok_eos = getattr(pair.tokenizer, "eos_token_id", None)
+    if tok_eos is not None:
+        ids.add(int(tok_eos))
+    gen_eos = getattr(getattr(pair.target.model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif isinstance(gen_eos, (list, tuple)):
+        ids.update(int(e) for e in gen_eos)
+    return sorted(ids)
+
+
+# ------------------------------------------------------------------------------- prompts
+
+
+@dataclass
+class Prompt:
+    id: str
+    kind: str
+    text: str
+    ids: list[int]
+
+
+def load_prompts(args: argparse.Namespace, tokenizer: Any) -> list[Prompt]:
+    """The first ``--prompts`` prompts of the prompt file, wrapped in the chat template.
+
+    With ``--prompts`` above the file's size the set cycles (repeats are fine for timing).
+    """
+    path = Path(args.prompt_file) if args.prompt_file else PROMPT_FILE
+    if path.is_file():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    else:
+        if args.prompt_file:
+            raise FileNotFoundError(f"--prompt-file: {path} does not exist")
+        print(f"[bench] {path} not found: using {len(FALLBACK_PROMPTS)} built-in prompts",
+              file=sys.stderr)
+        rows = FALLBACK_PROMPTS
+    out = []
+    for i in range(args.prompts):
+        row = rows[i % len(rows)]
+        text = row["prompt"]
+        out.append(Prompt(str(row.get("id", i)), str(row.get("kind", "prose")), text,
+                          encode_chat(tokenizer, text, row.get("system"))))
+    return out
+
+
+def encode_chat(tokenizer: Any, text: str, system: str | None = None) -> list[int]:
+    if getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": text}
+        ]
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=True)
+        return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(text)["input_ids"])
+
+
+def truncate_at_eos(tokens: Sequence[int], eos: Iterable[int]) -> list[int]:
+    """Tokens up to and including the first EOS (all of them when there is none)."""
+    eos = set(eos)
+    out = []
+    for t in tokens:
+        out.append(int(t))
+        if t in eos:
+            break
+    return out
+
+
+# -------------------------------------------------------------------------------- clocks
+
+
+class ForwardClock:
+    """Wall time spent inside the forward calls of some modules (forward hooks).
+
+    Hooks see every call, whoever makes it (our runner, transformers' assisted generation),
+    so "engine overhead" = wall time minus time inside model forwards is measured one way
+    for every implementation. Nested calls are counted once (outermost only).
+    """
+
+    def __init__(self, modules: dict[str, torch.nn.Module]) -> None:
+        self.seconds = dict.fromkeys(modules, 0.0)
+        self.calls = dict.fromkeys(modules, 0)
+        self._start: dict[str, float] = {}
+        self._depth = 0
+        self._handles = []
+        for name, module in modules.items():
+            self._handles.append(module.register_forward_pre_hook(self._pre(name)))
+            self._handles.append(module.register_forward_hook(self._post(name)))
+
+    def _pre(self, name: str):
+        def hook(module, args):
+            self._depth += 1
+            if self._depth == 1:
+                self._start[name] = time.perf_counter()
+
+        return hook
+
+    def _post(self, name: str):
+        def hook(module, args, output):
+            if self._depth == 1 and name in self._start:
+                if torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.synchronize()
+                self.seconds[name] += time.perf_counter() - self._start.pop(name)
+                self.calls[name] += 1
+            self._depth -= 1
+
+        return hook
+
+    def reset(self) -> None:
+        for k in self.seconds:
+            self.seconds[k] = 0.0
+            self.calls[k] = 0
+
+    def snapshot(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def pair_clock(pair: BenchPair) -> ForwardClock:
+    mods = {"target": pair.target.model}
+    if pair.draft is not None and pair.draft.model is not pair.target.model:
+        mods["draft"] = pair.draft.model
+    return ForwardClock(mods)
+
+
+# -------------------------------------------------------------------------------- memory
+
+
+def rss_mib() -> float:
+    """Current resident set size (Linux /proc; falls back to the peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return peak_rss_mib()
+
+
+def peak_rss_mib() -> float:
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 1024 if sys.platform != "darwin" else kb / 2**20
+
+
+# --------------------------------------------------------------------------------- output
+
+
+def environment_line(args: argparse.Namespace | None = None) -> str:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    parts = [
+        f"torch {torch.__version__}",
+        f"cpu {torch.backends.cpu.get_cpu_capability()}",
+        f"{os.cpu_count()} cores",
+        f"threads {torch.get_num_threads()}",
+        f"load {load:.1f}",
+        platform.python_version(),
+    ]
+    try:
+        import transformers
+
+        parts.insert(1, f"transformers {transformers.__version__}")
+    except ImportError:  # pragma: no cover
+        pass
+    return "env: " + ", ".join(parts)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A plain-text table (copy-pasteable into reports and READMEs)."""
+    cells = [[str(c) for c in columns]] + [[_fmt(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    line = "  ".join("-" * w for w in widths)
+    print(f"\n{title}")
+    print(line)
+    for j, r in enumerate(cells):
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if j == 0:
+            print(line)
+    print(line)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "-"
+        return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def pct(part: float, whole: float) -> float:
+    return 100.0 * part / whole if whole else float("nan")
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")

@@ -1,0 +1,142 @@
+"""Engine overhead and speed of every method on one pair, side by side, with the time split.
+
+(a) of issue 6: engine overhead = wall time minus time inside model forwards (forward hooks on
+both models), as a fraction of wall time, for every method; and where the time goes: target
+forwards, draft forwards, overhead inside the draft/verify phases (warping, sampling, cache
+bookkeeping), and overhead outside them (the decode loop). Speed ratios are against ``ar``
+and ``sps`` on the same prompts and seeds; methods run interleaved prompt by prompt.
+
+    python bench/overhead.py                       # smollm2 pair, ar/sps/mtad, 6 prompts x 64
+    python bench/overhead.py --methods all --prompts 12 --max-new 128
+    python bench/overhead.py --greedy              # temperature 0 for every method
+    python bench/overhead.py --pair tiny           # seconds; the random test pair
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (  # noqa: E402
+    add_common_args,
+    eos_ids,
+    environment_line,
+    load_bench_pair,
+    load_prompts,
+    pair_clock,
+    pct,
+    print_table,
+    ratio,
+    setup,
+)
+from mtad.engine import DecodeStats, Decoder  # noqa: E402
+from mtad.methods import METHODS, build_method  # noqa: E402
+
+# The authors' defaults (B=4, gamma=4, tau=0.5); sampling T=1, top-k 10, top-p 0.9 for all.
+METHOD_PARAMS: dict[str, dict] = {
+    "ar": {},
+    "sps": {"gamma": 4},
+    "mtad": {"gamma": 4, "beam_width": 4, "tau": 0.5},
+    "mmtad": {"gamma": 4, "beam_width": 4, "tau": 0.5},
+    "specinfer": {"branching": [4, 2, 2]},
+    "bild": {},
+    "mtjd": {"gamma": 4, "beam_width": 4},
+}
+DEFAULT_METHODS = "ar,sps,mtad"
+
+
+def parse_methods(spec: str) -> list[str]:
+    names = list(METHODS) if spec == "all" else [m.strip() for m in spec.split(",") if m.strip()]
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; choose from {sorted(METHODS)} or 'all'")
+    return names
+
+
+def run(args: argparse.Namespace) -> dict[str, dict]:
+    setup(args)
+    methods = parse_methods(args.methods)
+    bp = load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
+    prompts = load_prompts(args, bp.tokenizer)
+    sampling = {"temperature": 0.0} if args.greedy else {}
+    decoders = {
+        m: Decoder(build_method(m, **METHOD_PARAMS.get(m, {}), **sampling), bp.target, bp.draft,
+                   eos_token_ids=eos_ids(bp), seed=args.seed)
+        for m in methods
+    }
+    clock = pair_clock(bp)
+    for dec in decoders.values():  # warm-up: first-call allocations, lazy inits
+        dec.generate(prompts[0].ids, 4, seed=args.seed)
+    stats: dict[str, list[DecodeStats]] = {m: [] for m in methods}
+    fwd: dict[str, dict[str, float]] = {m: {"target": 0.0, "draft": 0.0} for m in methods}
+    for i, prompt in enumerate(prompts):
+        for m, dec in decoders.items():
+            clock.reset()
+            out = dec.generate(prompt.ids, args.max_new, seed=args.seed + i)
+            stats[m].append(out.stats)
+            for k, v in clock.snapshot().items():
+                fwd[m][k] += v
+        if args.verbose:
+            print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    clock.remove()
+
+    results = {}
+    for m in methods:
+        s = DecodeStats.total(stats[m])
+        f_t, f_d = fwd[m]["target"], fwd[m]["draft"]
+        overhead = s.wall_time - f_t - f_d
+        loop = s.wall_time - s.time_draft - s.time_verify
+        results[m] = {
+            "stats": s,
+            "tokens_per_s": s.tokens_per_s,
+            "target_fwd_s": f_t,
+            "draft_fwd_s": f_d,
+            "overhead_s": overhead,
+            "overhead_pct": pct(overhead, s.wall_time),
+            "phase_overhead_pct": pct(overhead - loop, s.wall_time),
+            "loop_pct": pct(loop, s.wall_time),
+            "overhead_ms_per_iter": 1e3 * overhead / s.iterations if s.iterations else 0.0,
+        }
+
+    mode = "greedy" if args.greedy else "T=1, top-k 10, top-p 0.9"
+    print(environment_line(args))
+    print(f"pair: {bp.describe()}")
+    print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, seeds {args.seed}.., {mode}")
+    ar = results.get("ar", {}).get("tokens_per_s", float("nan"))
+    sps = results.get("sps", {}).get("tokens_per_s", float("nan"))
+    rows = []
+    for m, r in results.items():
+        s = r["stats"]
+        rows.append([
+            m, s.new_tokens, f"{s.tokens_per_s:.2f}", f"{ratio(s.tokens_per_s, ar):.2f}",
+            f"{ratio(s.tokens_per_s, sps):.2f}", f"{s.block_efficiency:.2f}",
+            f"{s.acceptance_rate:.2f}",
+            f"{pct(r['target_fwd_s'], s.wall_time):.1f}",
+            f"{pct(r['draft_fwd_s'], s.wall_time):.1f}",
+            f"{r['overhead_pct']:.1f}", f"{r['phase_overhead_pct']:.1f}", f"{r['loop_pct']:.1f}",
+            f"{r['overhead_ms_per_iter']:.2f}",
+        ])
+    print_table(
+        "speed and where the time goes (percent of wall time)",
+        ["method", "tokens", "tok/s", "x ar", "x sps", "block eff", "accept", "target fwd %",
+         "draft fwd %", "overhead %", "in phases %", "loop %", "overhead ms/iter"],
+        rows,
+    )
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap)
+    ap.add_argument("--methods", default=DEFAULT_METHODS,
+                    help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})")
+    ap.add_argument("--greedy", action="store_true", help="temperature 0 for every method")
+    ap.add_argument("--verbose", action="store_true")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

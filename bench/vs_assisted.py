@@ -1,0 +1,168 @@
+"""Our greedy SpS against transformers' assisted generation on the same pair, same outputs.
+
+(b) of issue 6. Both sides run the *same* model objects (same weights, dtype and kernels) on
+the same chat-templated prompts, interleaved prompt by prompt:
+
+* ``ours ar`` / ``ours sps``: :class:`mtad.engine.Decoder` with ``ar`` / ``sps`` at
+  temperature 0, gamma 4;
+* ``hf greedy``: ``target.generate(do_sample=False)``;
+* ``hf assisted``: ``target.generate(assistant_model=draft, do_sample=False)`` with the draft
+  length pinned to gamma 4 (``num_assistant_tokens=4``, ``"constant"`` schedule, confidence
+  early-stop off), so both sides verify the same blocks;
+* ``hf assisted (defaults)`` with ``--hf-defaults``: transformers' own defaults (20 draft
+  tokens, confidence early-stop 0.4) -- a peer at its defaults, not the like-for-like row.
+
+Greedy outputs must be identical: every row is compared token by token with ``ours ar``
+(tokens counted up to the first EOS, capped at ``--max-new`` for everyone). Engine overhead
+(wall time outside model forwards, forward hooks) is shown for every row.
+
+    python bench/vs_assisted.py                  # smollm2 pair, 6 prompts x 64 tokens
+    python bench/vs_assisted.py --prompts 12 --max-new 128 --hf-defaults
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    add_common_args,
+    eos_ids,
+    environment_line,
+    load_bench_pair,
+    load_prompts,
+    pair_clock,
+    pct,
+    print_table,
+    ratio,
+    setup,
+    truncate_at_eos,
+)
+from mtad.engine import Decoder  # noqa: E402
+from mtad.methods import build_method  # noqa: E402
+
+GAMMA = 4
+
+
+def hf_generate(model, prompt_ids, max_new, eos, pad, assistant=None, assistant_cfg=None):
+    """One ``generate`` call; returns the new tokens (up to the first EOS)."""
+    kwargs = dict(
+        do_sample=False, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad,
+        temperature=None, top_k=None, top_p=None,
+    )
+    if assistant is not None:
+        kwargs["assistant_model"] = assistant
+    ids = torch.tensor([prompt_ids], device=model.device)
+    saved = copy.deepcopy(assistant.generation_config) if assistant is not None else None
+    try:
+        if assistant is not None and assistant_cfg:
+            for k, v in assistant_cfg.items():
+                setattr(assistant.generation_config, k, v)
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+    finally:
+        if saved is not None:
+            assistant.generation_config = saved
+    return truncate_at_eos(out[0, len(prompt_ids):].tolist(), eos)[:max_new]
+
+
+def run(args: argparse.Namespace) -> dict[str, dict]:
+    setup(args)
+    bp = load_bench_pair(args)
+    prompts = load_prompts(args, bp.tokenizer)
+    eos = eos_ids(bp)
+    pad = bp.tokenizer.pad_token_id if bp.tokenizer.pad_token_id is not None else eos[0]
+    target, draft = bp.target.model, bp.draft.model
+    ours = {
+        "ours ar": Decoder(build_method("ar", temperature=0.0), bp.target, None, eos, args.seed),
+        "ours sps": Decoder(build_method("sps", gamma=GAMMA, temperature=0.0), bp.target,
+                            bp.draft, eos, args.seed),
+    }
+    pinned = {"num_assistant_tokens": GAMMA, "num_assistant_tokens_schedule": "constant",
+              "assistant_confidence_threshold": 0.0}
+    hf = {
+        "hf greedy": lambda p: hf_generate(target, p, args.max_new, eos, pad),
+        "hf assisted": lambda p: hf_generate(target, p, args.max_new, eos, pad, draft, pinned),
+    }
+    if args.hf_defaults:
+        hf["hf assisted (defaults)"] = lambda p: hf_generate(target, p, args.max_new, eos, pad,
+                                                             draft, None)
+    names = ["ours ar", "ours sps", *hf]
+    acc = {n: {"tokens": 0, "wall": 0.0, "target_fwd": 0.0, "draft_fwd": 0.0, "target_calls": 0,
+               "same": 0, "outputs": []} for n in names}
+    clock = pair_clock(bp)
+    # warm-up every path once (lazy inits, first-call allocations)
+    for dec in ours.values():
+        dec.generate(prompts[0].ids, 4)
+    for fn in hf.values():
+        hf_generate(target, prompts[0].ids, 4, eos, pad)
+        fn(prompts[0].ids[:8])
+    for i, prompt in enumerate(prompts):
+        reference = None
+        for n in names:
+            clock.reset()
+            start = time.perf_counter()
+            if n in ours:
+                toks = ours[n].generate(prompt.ids, args.max_new, seed=args.seed + i).token_ids
+            else:
+                toks = hf[n](prompt.ids)
+            wall = time.perf_counter() - start
+            a = acc[n]
+            a["tokens"] += len(toks)
+            a["wall"] += wall
+            a["target_fwd"] += clock.seconds.get("target", 0.0)
+            a["draft_fwd"] += clock.seconds.get("draft", 0.0)
+            a["target_calls"] += clock.calls.get("target", 0)
+            a["outputs"].append(toks)
+            if reference is None:
+                reference = toks
+            a["same"] += int(toks == reference)
+        if args.verbose:
+            print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    clock.remove()
+
+    print(environment_line(args))
+    print(f"pair: {bp.describe()}")
+    print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, greedy, gamma {GAMMA}")
+    base = acc["hf assisted"]["tokens"] / acc["hf assisted"]["wall"]
+    rows = []
+    for n in names:
+        a = acc[n]
+        tps = a["tokens"] / a["wall"]
+        overhead = a["wall"] - a["target_fwd"] - a["draft_fwd"]
+        rows.append([
+            n, a["tokens"], f"{tps:.2f}", f"{ratio(tps, base):.2f}", a["target_calls"],
+            f"{ratio(a['tokens'], a['target_calls']):.2f}", f"{a['same']}/{len(prompts)}",
+            f"{pct(overhead, a['wall']):.1f}",
+        ])
+    print_table(
+        "greedy: ours vs transformers (same model objects)",
+        ["impl", "tokens", "tok/s", "x hf assisted", "target fwds", "tokens/target fwd",
+         "same as ours ar", "overhead %"],
+        rows,
+    )
+    sps, hfa = acc["ours sps"], acc["hf assisted"]
+    same = sum(a == b for a, b in zip(sps["outputs"], hfa["outputs"]))
+    print(f"\nours sps vs hf assisted: identical outputs {same}/{len(prompts)}, "
+          f"tokens/s ratio {ratio(sps['tokens'] / sps['wall'], base):.2f}")
+    return acc
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap)
+    ap.add_argument("--hf-defaults", action="store_true",
+                    help="also run assisted generation with transformers' default draft settings")
+    ap.add_argument("--verbose", action="store_true")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Our MTAD against the authors' reference implementation on identical settings.
+
+(c) of issue 6. The authors' ``BatchMTADStrategy`` (ZongyueQin/MTAD, ``src/inference/
+strategies.py``, through ``MTADGenerator(tree_attn=False)``) runs from a checkout given on the
+command line, in a separate interpreter (``--authors-python``: a venv with
+``torch==2.13.0 transformers==4.44.2``) driven by ``bench/authors_worker.py``; prompts go in
+and tokens come out as JSON, so the two transformers versions never meet. Nothing of theirs
+is committed here: fetch it at benchmark time, e.g.
+
+    git clone https://github.com/ZongyueQin/MTAD /tmp/mtad-authors
+    python3 -m venv /tmp/authors-venv
+    /tmp/authors-venv/bin/pip install torch==2.13.0 transformers==4.44.2
+    python bench/vs_authors.py --authors-repo /tmp/mtad-authors \\
+        --authors-python /tmp/authors-venv/bin/python
+
+Both sides load the same model folders in the same dtype, use the same settings (B, gamma,
+tau, top-k, top-p, temperature) and one torch thread each, and alternate prompt by prompt.
+Their RNG is the global torch one, ours a seeded generator: outputs differ sample by sample,
+so block efficiency is compared as mean +- standard error over generations. Their
+``generate()`` overshoots ``max_new_tokens`` by up to gamma and stops only when EOS is among
+the last gamma tokens, so tokens are counted up to the first EOS on both sides. Their beam
+weights go through ``log_softmax`` of probabilities (a normalisation slip their tree variant
+fixes), which changes their acceptance a little: both are reported as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (  # noqa: E402
+    REPO,
+    add_common_args,
+    eos_ids,
+    environment_line,
+    load_bench_pair,
+    load_prompts,
+    pair_clock,
+    pct,
+    print_table,
+    ratio,
+    setup,
+    truncate_at_eos,
+)
+from mtad.engine import Decoder  # noqa: E402
+from mtad.methods import build_method  # noqa: E402
+
+WORKER = REPO / "bench" / "authors_worker.py"
+
+
+class AuthorsWorker:
+    def __init__(self, python: str, init: dict) -> None:
+        self.proc = subprocess.Popen(
+            [python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            bufsize=1,
+        )
+        self.info = self.call({"cmd": "init", **init})
+
+    def call(self, msg: dict) -> dict:
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"authors worker exited (code {self.proc.wait()}); see its stderr")
+        return json.loads(line)
+
+    def close(self) -> None:
+        try:
+            self.call({"cmd": "quit"})
+        finally:
+            self.proc.wait(timeout=60)
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    n = len(xs)
+    m = sum(xs) / n
+    if n < 2:
+        return m, float("nan")
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return m, math.sqrt(var / n)
+
+
+def model_folders(bp, tmp: Path) -> tuple[str, str]:
+    """Folders the worker loads: the cached SmolLM2 target and the draft folder; the tiny
+    pair is saved to a temporary folder first."""
+    if bp.name == "tiny":
+        bp.target.model.save_pretrained(tmp / "target")
+        bp.draft.model.save_pretrained(tmp / "draft")
+        return str(tmp / "target"), str(tmp / "draft")
+    from mtad.smollm2 import convert_gguf
+
+    return str(convert_gguf(verbose=False)), str(bp.draft_path)
+
+
+def run(args: argparse.Namespace) -> dict:
+    setup(args)
+    src = Path(args.authors_repo).expanduser().resolve() / "src"
+    if not (src / "inference" / "strategies.py").is_file():
+        raise SystemExit(f"--authors-repo: {src}/inference/strategies.py not found "
+                         "(a checkout of github.com/ZongyueQin/MTAD)")
+    bp = load_bench_pair(args)
+    prompts = load_prompts(args, bp.tokenizer)
+    eos = eos_ids(bp)
+    settings = {"gamma": args.gamma, "beam_width": args.beam_width, "tau": args.tau,
+                "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature}
+    ours = Decoder(
+        build_method("mtad", gamma=args.gamma, beam_width=args.beam_width, tau=args.tau,
+                     top_k=args.top_k, top_p=args.top_p, temperature=args.temperature),
+        bp.target, bp.draft, eos, args.seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        target_dir, draft_dir = model_folders(bp, Path(tmp))
+        worker = AuthorsWorker(args.authors_python, {
+            "src": str(src), "target": target_dir, "draft": draft_dir, "dtype": bp.dtype,
+            "draft_dtype": bp.draft_dtype, "eos": int(bp.tokenizer.eos_token_id),
+            "threads": args.threads, "max_new": args.max_new, "settings": settings,
+        })
+        try:
+            results = compare(args, bp, prompts, eos, ours, worker)
+        finally:
+            worker.close()
+    return results
+
+
+def compare(args, bp, prompts, eos, ours, worker) -> dict:
+    clock = pair_clock(bp)
+    # warm-up both sides
+    ours.generate(prompts[0].ids, 4, seed=args.seed)
+    worker.call({"cmd": "gen", "ids": prompts[0].ids, "seed": args.seed, "max_new": 4})
+    sides = {s: {"tokens": 0, "wall": 0.0, "fwd": 0.0, "iters": 0, "accepted": 0,
+                 "draft": 0.0, "verify": 0.0, "be": []} for s in ("ours", "authors")}
+    for i, prompt in enumerate(prompts):
+        for r in range(args.repeats):
+            seed = args.seed + i * args.repeats + r
+            order = ("ours", "authors") if (i + r) % 2 == 0 else ("authors", "ours")
+            for side in order:
+                s = sides[side]
+                if side == "ours":
+                    clock.reset()
+                    out = ours.generate(prompt.ids, args.max_new, seed=seed)
+                    st = out.stats
+                    s["tokens"] += len(out.token_ids)
+                    s["wall"] += st.wall_time
+                    s["fwd"] += clock.total
+                    s["iters"] += st.iterations
+                    s["accepted"] += st.accepted
+                    s["draft"] += st.time_draft
+                    s["verify"] += st.time_verify
+                    s["be"].append(st.block_efficiency)
+                else:
+                    res = worker.call({"cmd": "gen", "ids": prompt.ids, "seed": seed,
+                                       "max_new": args.max_new})
+                    s["tokens"] += len(truncate_at_eos(res["tokens"], eos))
+                    s["wall"] += res["wall"]
+                    s["fwd"] += res["forward_s"]
+                    s["iters"] += res["iterations"]
+                    s["accepted"] += res["accepted"]
+                    s["draft"] += res["draft_s"]
+                    s["verify"] += res["verify_s"]
+                    s["be"].append((res["accepted"] + res["iterations"]) / res["iterations"])
+        if args.verbose:
+            print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    clock.remove()
+
+    info = worker.info
+    print(environment_line(args))
+    print(f"pair: {bp.describe()}")
+    print(f"authors: {info['strategy']} from {args.authors_repo} (transformers "
+          f"{info['transformers']}, torch {info['torch']}, rope_theta {info['rope_theta']})")
+    print(f"settings: B={args.beam_width} gamma={args.gamma} tau={args.tau} top-k={args.top_k} "
+          f"top-p={args.top_p} T={args.temperature}; {len(prompts)} prompts x {args.repeats} "
+          f"seeds x max {args.max_new} new tokens")
+    tps = {k: v["tokens"] / v["wall"] for k, v in sides.items()}
+    rows = []
+    for side, s in sides.items():
+        be, se = mean_se(s["be"])
+        rows.append([
+            side, s["tokens"], f"{tps[side]:.2f}", f"{ratio(tps[side], tps['authors']):.2f}",
+            f"{be:.3f} +- {se:.3f}", f"{(s['accepted'] + s['iters']) / s['iters']:.3f}",
+            f"{pct(s['draft'], s['wall']):.1f}", f"{pct(s['verify'], s['wall']):.1f}",
+            f"{pct(s['wall'] - s['fwd'], s['wall']):.1f}",
+        ])
+    print_table(
+        "MTAD: ours vs the authors' BatchMTADStrategy (same pair, settings, prompts)",
+        ["impl", "tokens", "tok/s", "x authors", "block eff (mean +- s.e.)", "block eff (pooled)",
+         "draft %", "verify %", "overhead %"],
+        rows,
+    )
+    (bo, so), (ba, sa) = mean_se(sides["ours"]["be"]), mean_se(sides["authors"]["be"])
+    z = (bo - ba) / math.sqrt(so**2 + sa**2) if so == so and sa == sa and (so or sa) else 0.0
+    print(f"\nours / authors tokens/s: {ratio(tps['ours'], tps['authors']):.2f}; "
+          f"block efficiency difference {bo - ba:+.3f} (z = {z:+.2f}; |z| < 2: within noise)")
+    return sides
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap, prompts=6, max_new=64)
+    ap.add_argument("--authors-repo", required=True, help="checkout of ZongyueQin/MTAD")
+    ap.add_argument("--authors-python", required=True,
+                    help="python of a venv with torch==2.13.0 transformers==4.44.2")
+    ap.add_argument("--repeats", type=int, default=1, help="seeds per prompt")
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--beam-width", type=int, default=4)
+    ap.add_argument("--tau", type=float, default=0.5)
+    ap.add_argument("--top-k", type=int, default=10)
+    ap.add_argument("--top-p", type=float, default=0.9)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--verbose", action="store_true")
+    return run(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
