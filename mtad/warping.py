@@ -62,16 +62,21 @@ def warp_logprobs(logits: torch.Tensor, warp: WarpConfig) -> torch.Tensor:
         logits = logits / warp.temperature
     vocab = logits.shape[-1]
     top_k = 0 < warp.top_k < vocab
+    if top_k and logits.device.type == "cpu":
+        masked = _top_k_top_p_cpu(logits, warp.top_k, warp.top_p)
+        if masked is not None:
+            return torch.log_softmax(masked, dim=-1)
     if top_k:
-        kth = torch.topk(logits, warp.top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, NEG_INF)
+        logits = _top_k_mask(logits, warp.top_k)
     if warp.top_p < 1.0:
-        if top_k and logits.device.type == "cpu":
-            drop = _top_p_drop_few(logits, warp.top_p)
-        else:
-            drop = _top_p_drop(logits, warp.top_p)
-        logits = logits.masked_fill(drop, NEG_INF)
+        logits = logits.masked_fill(_top_p_drop(logits, warp.top_p), NEG_INF)
     return torch.log_softmax(logits, dim=-1)
+
+
+def _top_k_mask(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits (and any equal to the k-th), ``-inf`` elsewhere."""
+    kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, NEG_INF)
 
 
 def _top_p_drop(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -86,31 +91,44 @@ def _top_p_drop(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return drop_sorted.scatter(-1, sorted_idx, drop_sorted)
 
 
-def _top_p_drop_few(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """:func:`_top_p_drop` for rows with few finite entries (after top-k), on the CPU.
+_TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
 
-    Sorting 49k-entry rows costs milliseconds on a CPU; only the finite entries matter, so
-    ``topk`` sorts just those. The result is the same mask bit for bit: the sorted values and
-    hence the cumulative sums are the same sequence; only the order *among equal values* may
-    differ, which changes the kept set only when a group of equal values straddles the cut.
-    Such rows (a few percent with bfloat16 logits) go through :func:`_top_p_drop` itself.
-    One host read (the largest finite count) sizes ``topk``: free on a CPU, so the path is
-    CPU-only.
+
+def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """The top-k (+ top-p) masked logits of the generic path, bit for bit, in a few passes.
+
+    Sorting and masking 49k-entry rows costs milliseconds per row on a CPU, while only the
+    ``top_k`` survivors matter: one ``topk`` of ``top_k + slack`` candidates holds all of them,
+    top-p runs on those candidates, and the survivors are written into a ``-inf`` row. The
+    survivors' values, and so the result, equal the generic path's exactly: the k-th value is
+    the same, the sorted candidate values (hence softmax and cumulative sums) are the same
+    sequence, and only the order *among equal values* can differ -- which changes the top-p
+    set only when a group of equal values straddles the cut. Those rows (a few percent with
+    bfloat16 logits) take the generic path, and so does everything (``None``) when ties at the
+    k-th value overflow the candidate window. The host reads are free on a CPU, hence CPU-only.
     """
     shape = logits.shape
-    flat = logits.reshape(-1, shape[-1])
-    n = int(torch.isfinite(flat).sum(dim=-1).max())
-    if n == 0:
-        return torch.zeros(shape, dtype=torch.bool, device=logits.device)
-    vals, idx = torch.topk(flat, n, dim=-1)
-    probs = vals.softmax(dim=-1)
-    drop_sub = (probs.cumsum(dim=-1) - probs) >= top_p
-    drop = torch.ones_like(flat, dtype=torch.bool).scatter_(-1, idx, drop_sub)
-    straddle = ((vals[:, 1:] == vals[:, :-1]) & (drop_sub[:, 1:] != drop_sub[:, :-1])).any(-1)
-    if bool(straddle.any()):
+    vocab = shape[-1]
+    flat = logits.reshape(-1, vocab)
+    m = min(vocab, top_k + _TIE_SLACK)
+    vals, idx = torch.topk(flat, m, dim=-1)  # sorted, descending
+    kth = vals[:, top_k - 1 : top_k]
+    if m < vocab and bool((vals[:, -1:] >= kth).any()):
+        return None
+    vals = vals.masked_fill(vals < kth, NEG_INF)
+    straddle = None
+    if top_p < 1.0:
+        probs = vals.softmax(dim=-1)
+        drop = (probs.cumsum(dim=-1) - probs) >= top_p
+        tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
+        straddle = tie.any(dim=-1)
+        vals = vals.masked_fill(drop, NEG_INF)
+    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, vals)
+    if straddle is not None and bool(straddle.any()):
         rows = straddle.nonzero().flatten()
-        drop[rows] = _top_p_drop(flat[rows], top_p)
-    return drop.reshape(shape)
+        sub = _top_k_mask(flat[rows], top_k)
+        out[rows] = sub.masked_fill(_top_p_drop(sub, top_p), NEG_INF)
+    return out.reshape(shape)
 
 
 def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
@@ -132,6 +150,33 @@ def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Ten
 _TINY = torch.finfo(torch.float32).tiny
 
 
+def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``logscores + Gumbel`` (float32), the keys of Gumbel-max / Gumbel-top-k sampling.
+
+    ``-inf`` entries (outside the top-k / top-p support) stay ``-inf`` and need no noise. On
+    the CPU, when the support is a small part of the row (a few dozen of 49k tokens after
+    top-k), noise is drawn only for the support: per 49k-entry row that saves the uniform
+    draws and two logarithms, the bulk of sampling time. The keys have the same
+    distribution; the generator's stream is consumed differently (one draw per live entry).
+    """
+    live = _sparse_support(logscores)
+    if live is None:
+        return logscores + gumbel_like(logscores, generator)
+    vals = logscores[live].float()
+    keys = torch.full(logscores.shape, NEG_INF, dtype=torch.float32)
+    keys[live] = vals + gumbel_like(vals, generator)
+    return keys
+
+
+def _sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """Indices (``nonzero(as_tuple=True)``) of the finite entries when they are few (at most
+    1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper)."""
+    if logscores.device.type != "cpu":
+        return None
+    live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
+    return live if live[0].numel() * 8 <= logscores.numel() else None
+
+
 def sample_from_logprobs(
     logprobs: torch.Tensor, generator: torch.Generator | None, greedy: bool = False
 ) -> torch.Tensor:
@@ -142,7 +187,7 @@ def sample_from_logprobs(
     """
     if greedy:
         return logprobs.argmax(dim=-1)
-    return (logprobs + gumbel_like(logprobs, generator)).argmax(dim=-1)
+    return perturb(logprobs, generator).argmax(dim=-1)
 
 
 def sample_without_replacement(
@@ -157,7 +202,14 @@ def sample_without_replacement(
     dead (``torch.multinomial`` would silently return such zero-probability indices instead).
     """
     k = min(k, logscores.shape[-1])
-    keys = logscores if greedy else logscores + gumbel_like(logscores, generator)
+    if not greedy and logscores.dim() == 1:
+        live = _sparse_support(logscores)
+        if live is not None and live[0].numel() >= k:
+            # Gumbel-top-k among the finite entries only (all picks are then valid)
+            vals = logscores[live].float()
+            top = torch.topk(vals + gumbel_like(vals, generator), k).indices
+            return live[0][top], torch.ones(k, dtype=torch.bool, device=logscores.device)
+    keys = logscores if greedy else perturb(logscores, generator)
     idx = torch.topk(keys, k, dim=-1).indices
     valid = torch.isfinite(logscores.gather(-1, idx))
     return idx, valid

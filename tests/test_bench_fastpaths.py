@@ -1,0 +1,103 @@
+"""The CPU fast paths the benchmarks rely on equal their generic versions.
+
+* warping: the top-k/top-p fast path returns the generic path's log-probabilities bit for bit,
+  ties included (bfloat16 logits tie often);
+* sampling: noise drawn only on the support gives the same distributions and never picks a
+  zero-probability entry.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mtad.warping import (
+    NEG_INF,
+    WarpConfig,
+    _top_k_mask,
+    _top_p_drop,
+    sample_from_logprobs,
+    sample_with_replacement,
+    sample_without_replacement,
+    warp_logprobs,
+)
+
+
+def generic_warp(logits: torch.Tensor, warp: WarpConfig) -> torch.Tensor:
+    """The device-independent path: full-vocabulary top-k mask and sort-based top-p."""
+    warp = warp.scoring()
+    logits = logits.float()
+    if warp.temperature != 1.0:
+        logits = logits / warp.temperature
+    if 0 < warp.top_k < logits.shape[-1]:
+        logits = _top_k_mask(logits, warp.top_k)
+    if warp.top_p < 1.0:
+        logits = logits.masked_fill(_top_p_drop(logits, warp.top_p), NEG_INF)
+    return torch.log_softmax(logits, dim=-1)
+
+
+@pytest.mark.parametrize(
+    "warp",
+    [
+        WarpConfig(1.0, 10, 0.9),
+        WarpConfig(0.0, 10, 0.9),
+        WarpConfig(0.7, 4, 0.5),
+        WarpConfig(1.0, 40, 0.95),
+        WarpConfig(1.0, 1, 0.9),
+        WarpConfig(1.0, 10, 1.0),
+    ],
+)
+def test_fast_warp_equals_generic_bit_for_bit(warp: WarpConfig) -> None:
+    g = torch.Generator().manual_seed(0)
+    for trial in range(40):
+        scale = [0.5, 2.0, 6.0][trial % 3]
+        x = torch.randn(3, 2000, generator=g) * scale
+        if trial % 2:
+            x = x.bfloat16()  # coarse values: many ties, also at the top-p cut
+        if trial % 5 == 0:
+            x = (x.float() * 2).round() / 2  # heavy ties, also at the k-th value
+        assert torch.equal(warp_logprobs(x, warp), generic_warp(x, warp)), trial
+
+
+def test_fast_warp_handles_shapes_and_extreme_rows() -> None:
+    warp = WarpConfig(1.0, 5, 0.8)
+    x = torch.randn(2, 3, 500)
+    assert torch.equal(warp_logprobs(x, warp), generic_warp(x, warp))
+    flat = torch.zeros(2, 500)  # every entry tied: the tie window overflows
+    assert torch.equal(warp_logprobs(flat, warp), generic_warp(flat, warp))
+
+
+def test_sparse_noise_samples_the_support_with_the_right_frequencies() -> None:
+    vocab, n = 4000, 40_000
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    support = torch.tensor([7, 1999, 3000, 3999])
+    logp = torch.full((vocab,), NEG_INF)
+    logp[support] = probs.log()
+    g = torch.Generator().manual_seed(1)
+    rows = logp.expand(n, vocab)  # one draw per row, sparse path (4 of 4000 finite)
+    draws = sample_from_logprobs(rows, g)
+    assert torch.isin(draws, support).all()
+    freq = torch.stack([(draws == s).float().mean() for s in support])
+    assert torch.allclose(freq, probs, atol=0.01)
+
+
+def test_sparse_gumbel_top_k_is_without_replacement_and_unbiased() -> None:
+    vocab = 4000
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    support = torch.tensor([3, 500, 2500, 3998])
+    logp = torch.full((vocab,), NEG_INF)
+    logp[support] = probs.log()
+    g = torch.Generator().manual_seed(2)
+    first = []
+    for _ in range(6000):
+        idx, valid = sample_without_replacement(logp, 3, g)
+        assert valid.all() and idx.unique().numel() == 3 and torch.isin(idx, support).all()
+        first.append(int(idx[0]))
+    first_t = torch.tensor(first)
+    freq = torch.stack([(first_t == s).float().mean() for s in support])
+    assert torch.allclose(freq, probs, atol=0.02)  # the first Gumbel-top-k pick ~ p
+    # fewer live entries than picks: the extra picks are flagged dead, never live duplicates
+    idx, valid = sample_without_replacement(logp, 6, g)
+    assert valid.sum() == 4 and torch.isin(idx[valid], support).all()
+    idx, valid = sample_with_replacement(logp, 5, g)
+    assert valid.all() and torch.isin(idx, support).all()
