@@ -23,6 +23,8 @@ class AutoregressiveSampling(DecodingMethod):
     def step(self, ctx: DecodeContext) -> StepResult:
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids)[0, -1]
-            logp = warp_logprobs(logits, self.params.warp)
-            token = sample_from_logprobs(logp, ctx.generator, self.params.greedy)
+            if self.params.greedy:  # warping keeps the argmax
+                token = logits.argmax(dim=-1)
+            else:
+                token = sample_from_logprobs(warp_logprobs(logits, self.params.warp), ctx.generator)
         return StepResult(token.view(1), drafted=0, accepted=0)

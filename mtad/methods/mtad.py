@@ -85,10 +85,9 @@ class MTAD(DecodingMethod):
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
             logp = warp_logprobs(logits, prm.warp)  # [g + 1, V]
-            k_t = verify_block(logp, x, logq_x, prm.tau)
-            next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
-            k = int(k_t)  # the one host sync of the iteration
-            tokens = torch.cat([x[:k], next_tokens[k : k + 1]])
+            k = int(verify_block(logp, x, logq_x, prm.tau))  # the one host sync of the iteration
+            next_token = sample_from_logprobs(logp[k], ctx.generator, prm.greedy)
+            tokens = torch.cat([x[:k], next_token.view(1)])
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
         return StepResult(tokens, drafted=g, accepted=k)

@@ -36,18 +36,25 @@ def draft_tokens(
     warp: WarpConfig,
     generator: torch.Generator,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``gamma`` tokens autoregressively from the draft: ``(tokens [g], logq [g, V])``."""
+    """Sample ``gamma`` tokens autoregressively from the draft: ``(tokens [g], logq [g, V])``.
+
+    Greedy drafting takes the argmax of the raw logits (warping keeps the argmax) and returns
+    ``logq`` as ``None``: greedy verification never reads it.
+    """
     greedy = warp.greedy
     logits = draft.feed(ids)[0, -1]
     tokens, logqs = [], []
     for i in range(gamma):
-        logq = warp_logprobs(logits, warp)
-        tok = sample_from_logprobs(logq, generator, greedy)
+        if greedy:
+            tok = logits.argmax(dim=-1)
+        else:
+            logq = warp_logprobs(logits, warp)
+            tok = sample_from_logprobs(logq, generator)
+            logqs.append(logq)
         tokens.append(tok)
-        logqs.append(logq)
         if i + 1 < gamma:
             logits = draft.forward(tok.view(1, 1))[0, -1]
-    return torch.stack(tokens), torch.stack(logqs)
+    return torch.stack(tokens), (torch.stack(logqs) if logqs else None)
 
 
 def speculative_accept(
@@ -81,20 +88,21 @@ class SpeculativeSampling(DecodingMethod):
             x, logq = draft_tokens(ctx.draft, ctx.ids, g, warp, ctx.generator)
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
-            logp = warp_logprobs(logits, warp)  # [g + 1, V]
-            if greedy:
-                accept = x == logp[:g].argmax(dim=-1)
-                next_tokens = logp.argmax(dim=-1)
+            if greedy:  # warping keeps the argmax: compare with the raw logits' argmax
+                target_argmax = logits.argmax(dim=-1)  # [g + 1]
+                k = int(leading_true_count(x == target_argmax[:g]))  # the one host sync
+                next_token = target_argmax[k : k + 1]
             else:
+                logp = warp_logprobs(logits, warp)  # [g + 1, V]
                 logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
                 logq_x = logq.gather(1, x[:, None]).squeeze(1)
                 accept = self.accept_rule(logp_x, logq_x, ctx.generator)
-                # Candidate next token for every possible stopping point: residual at a
-                # rejection, plain target at the bonus position; the accepted length picks one.
-                dists = torch.cat([residual_logprobs(logp[:g], logq), logp[g:]])
-                next_tokens = sample_from_logprobs(dists, ctx.generator)
-            k = int(leading_true_count(accept))  # the one host sync of the iteration
-            tokens = torch.cat([x[:k], next_tokens[k : k + 1]])
+                k = int(leading_true_count(accept))  # the one host sync of the iteration
+                # The next token: residual norm(max(0, p - q)) at a rejection, plain target at
+                # the bonus position -- computed for the one row the accepted length picks.
+                dist = residual_logprobs(logp[k], logq[k]) if k < g else logp[g]
+                next_token = sample_from_logprobs(dist, ctx.generator).view(1)
+            tokens = torch.cat([x[:k], next_token])
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
         return StepResult(tokens, drafted=g, accepted=k)
