@@ -1,0 +1,66 @@
+"""The benchmarks run end to end on the tiny pair (seconds) and report what they promise."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench import overhead, vs_assisted
+from bench.common import FALLBACK_PROMPTS, ForwardClock, truncate_at_eos
+
+TINY = ["--pair", "tiny", "--prompts", "2", "--max-new", "10"]
+
+
+def test_overhead_bench_every_method(capsys) -> None:
+    res = overhead.main([*TINY, "--methods", "all"])
+    assert set(res) == set(overhead.METHOD_PARAMS)
+    for r in res.values():
+        s = r["stats"]
+        assert s.new_tokens > 0
+        # forwards + overhead account for the whole wall time
+        total = r["target_fwd_s"] + r["draft_fwd_s"] + r["overhead_s"]
+        assert total == pytest.approx(s.wall_time)
+        assert 0.0 <= r["overhead_pct"] <= 100.0
+    out = capsys.readouterr().out
+    assert "overhead %" in out and "mtad" in out
+
+
+def test_vs_assisted_same_outputs(capsys) -> None:
+    acc = vs_assisted.main(TINY)
+    # greedy: ours and transformers' assisted generation produce the same tokens
+    assert acc["ours sps"]["outputs"] == acc["hf assisted"]["outputs"]
+    assert acc["ours ar"]["outputs"] == acc["hf greedy"]["outputs"]
+    assert "identical outputs 2/2" in capsys.readouterr().out
+
+
+def test_forward_clock_counts_outermost_calls_only() -> None:
+    import torch
+
+    inner = torch.nn.Linear(2, 2)
+    outer = torch.nn.Sequential(inner)
+    clock = ForwardClock({"outer": outer, "inner": inner})
+    outer(torch.zeros(1, 2))
+    assert clock.calls == {"outer": 1, "inner": 0}
+    clock.remove()
+
+
+def test_truncate_at_eos_and_fallback_prompts() -> None:
+    assert truncate_at_eos([5, 6, 2, 7], [2]) == [5, 6, 2]
+    assert truncate_at_eos([5, 6], [2]) == [5, 6]
+    assert {p["kind"] for p in FALLBACK_PROMPTS} == {"chat", "code", "prose"}
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MTAD_AUTHORS_REPO") or not os.environ.get("MTAD_AUTHORS_PYTHON"),
+    reason="set MTAD_AUTHORS_REPO and MTAD_AUTHORS_PYTHON to run the authors' side",
+)
+def test_vs_authors_tiny(capsys) -> None:
+    from bench import vs_authors
+
+    repo, python = os.environ["MTAD_AUTHORS_REPO"], os.environ["MTAD_AUTHORS_PYTHON"]
+    assert Path(repo, "src", "inference", "strategies.py").is_file()
+    sides = vs_authors.main([*TINY, "--authors-repo", repo, "--authors-python", python])
+    assert sides["ours"]["tokens"] > 0 and sides["authors"]["tokens"] > 0
+    assert "BatchMTADStrategy" in capsys.readouterr().out
