@@ -23,6 +23,9 @@ METHODS = {
     "sps": {"gamma": 4},
     "mtad": {"gamma": 4, "beam_width": 4, "tau": 0.5},
     "mtjd": {"gamma": 4, "beam_width": 4},
+    "specinfer": {"branching": [4, 2, 2]},
+    "bild": {"fallback_threshold": 0.1, "rollback_threshold": 3.0, "max_draft": 4},
+    "mmtad": {"gamma": 4, "beam_width": 4, "tau": 0.5},
 }
 
 
