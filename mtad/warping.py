@@ -111,23 +111,31 @@ def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     vocab = shape[-1]
     flat = logits.reshape(-1, vocab)
     m = min(vocab, top_k + _TIE_SLACK)
-    vals, idx = torch.topk(flat, m, dim=-1)  # sorted, descending
+    vals, idx = _topk_rows(flat, m, top_k)  # sorted, descending
     kth = vals[:, top_k - 1 : top_k]
     if m < vocab and bool((vals[:, -1:] >= kth).any()):
         return None
-    vals = vals.masked_fill(vals < kth, NEG_INF)
-    straddle = None
-    if top_p < 1.0:
-        probs = vals.softmax(dim=-1)
-        drop = (probs.cumsum(dim=-1) - probs) >= top_p
-        tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
-        straddle = tie.any(dim=-1)
-        vals = vals.masked_fill(drop, NEG_INF)
-    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, vals)
-    if straddle is not None and bool(straddle.any()):
+    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
+    if top_p >= 1.0:
+        return torch.full_like(flat, NEG_INF).scatter_(-1, idx, top_k_vals).reshape(shape)
+    probs = top_k_vals.softmax(dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) >= top_p
+    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
+    straddle = tie.any(dim=-1)
+    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, top_k_vals.masked_fill(drop, NEG_INF))
+    if bool(straddle.any()):
+        # The generic path's own sort, on the same top-k-masked rows, decides the order among
+        # equal values; only the first m sorted entries can be finite.
         rows = straddle.nonzero().flatten()
-        sub = _top_k_mask(flat[rows], top_k)
-        out[rows] = sub.masked_fill(_top_p_drop(sub, top_p), NEG_INF)
+        masked = torch.full((rows.numel(), vocab), NEG_INF, dtype=flat.dtype, device=flat.device)
+        masked.scatter_(-1, idx[rows], top_k_vals[rows])
+        sorted_vals, order = torch.sort(masked, dim=-1, descending=True)
+        head, head_idx = sorted_vals[:, :m], order[:, :m]
+        head_probs = head.softmax(dim=-1)
+        head_drop = (head_probs.cumsum(dim=-1) - head_probs) >= top_p
+        out[rows] = torch.full_like(masked, NEG_INF).scatter_(
+            -1, head_idx, head.masked_fill(head_drop, NEG_INF)
+        )
     return out.reshape(shape)
 
 
@@ -169,12 +177,53 @@ def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch
 
 
 def _sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    """Indices (``nonzero(as_tuple=True)``) of the finite entries when they are few (at most
-    1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper)."""
+    """Indices (``nonzero(as_tuple=True)`` order) of the finite entries when they are few (at
+    most 1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper).
+
+    Two levels: the max of every chunk of ``_CHUNK`` entries (one fast vectorised pass) finds
+    the chunks holding a finite entry, and only those are searched -- a full ``nonzero`` over a
+    49k-entry row is ~10x slower than the chunk maxima on a CPU.
+    """
     if logscores.device.type != "cpu":
         return None
-    live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
-    return live if live[0].numel() * 8 <= logscores.numel() else None
+    numel = logscores.numel()
+    if numel % _CHUNK or logscores.dim() == 0:
+        live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
+        return live if live[0].numel() * 8 <= numel else None
+    chunks = logscores.reshape(-1, _CHUNK)
+    chunk_max = chunks.amax(dim=-1)
+    if bool(chunk_max.isnan().any()):
+        return None
+    active = (chunk_max > NEG_INF).nonzero().flatten()
+    if active.numel() * _CHUNK > numel // 8:
+        return None
+    hit = (chunks[active] > NEG_INF).nonzero()
+    flat = active[hit[:, 0]] * _CHUNK + hit[:, 1]
+    if flat.numel() * 8 > numel:
+        return None
+    return torch.unravel_index(flat, logscores.shape)
+
+
+_CHUNK = 64
+
+
+def _topk_rows(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(flat, m, dim=-1)`` as far as :func:`_top_k_top_p_cpu` reads it: every
+    value >= the ``top_k``-th largest, with its index, in descending order, and whether the
+    window of ``m`` is full of them. Found among the ``m`` chunks with the largest maxima: an
+    element outside them is at most the m-th chunk maximum, which is below the k-th value
+    unless ties reach it (then plain ``topk`` runs). ~2x faster than ``topk`` on 49k rows."""
+    rows, vocab = flat.shape
+    n_chunks = vocab // _CHUNK
+    if vocab % _CHUNK or n_chunks < 4 * m:
+        return torch.topk(flat, m, dim=-1)
+    chunks = flat.view(rows, n_chunks, _CHUNK)
+    cmax, cidx = torch.topk(chunks.amax(dim=-1), m, dim=-1)
+    cand = chunks.gather(1, cidx[:, :, None].expand(rows, m, _CHUNK)).reshape(rows, m * _CHUNK)
+    vals, pos = torch.topk(cand, m, dim=-1)
+    if bool((cmax[:, -1:] >= vals[:, top_k - 1 : top_k]).any()) or bool(cmax.isnan().any()):
+        return torch.topk(flat, m, dim=-1)
+    return vals, cidx.gather(1, pos // _CHUNK) * _CHUNK + pos % _CHUNK
 
 
 def sample_from_logprobs(
