@@ -19,6 +19,7 @@ Only token ids cross the process boundary, so no tokenizer is loaded here.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import json
@@ -45,22 +46,26 @@ def stub_pandas() -> None:
 
 class Clock:
     """Time inside forward calls of the given modules (their code calls ``model.model`` and
-    ``lm_head`` separately, so both are hooked)."""
+    ``lm_head`` separately, so both are timed). ``forward`` is wrapped on the instance, as in
+    bench/common.py's ForwardClock, so both sides are measured the same way."""
 
     def __init__(self, modules) -> None:
         self.seconds = 0.0
         self.calls = 0
-        self._t = None
         for m in modules:
-            m.register_forward_pre_hook(self._pre)
-            m.register_forward_hook(self._post)
+            m.forward = self._wrap(m.forward)
 
-    def _pre(self, module, args):
-        self._t = time.perf_counter()
+    def _wrap(self, forward):
+        @functools.wraps(forward)
+        def timed_forward(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
 
-    def _post(self, module, args, out):
-        self.seconds += time.perf_counter() - self._t
-        self.calls += 1
+        return timed_forward
 
 
 def load_model(path: str, dtype):

@@ -8,6 +8,7 @@ alike. Absolute tokens/s on a shared 2-core machine mean little; the ratios are 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -258,41 +259,41 @@ def truncate_at_eos(tokens: Sequence[int], eos: Iterable[int]) -> list[int]:
 
 
 class ForwardClock:
-    """Wall time spent inside the forward calls of some modules (forward hooks).
+    """Wall time spent inside the ``forward`` calls of some modules.
 
-    Hooks see every call, whoever makes it (our runner, transformers' assisted generation),
-    so "engine overhead" = wall time minus time inside model forwards is measured one way
-    for every implementation. Nested calls are counted once (outermost only).
+    Each module's ``forward`` is wrapped on the instance (no hooks: hooks would move
+    ``nn.Module.__call__`` onto its slow path and inflate the overhead being measured). Every
+    call is seen, whoever makes it (our runner, transformers' assisted generation), so "engine
+    overhead" = wall time minus time inside model forwards is measured one way for every
+    implementation. Nested calls are counted once (outermost only).
     """
 
     def __init__(self, modules: dict[str, torch.nn.Module]) -> None:
         self.seconds = dict.fromkeys(modules, 0.0)
         self.calls = dict.fromkeys(modules, 0)
-        self._start: dict[str, float] = {}
         self._depth = 0
-        self._handles = []
+        self._sync = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self._patched: list[torch.nn.Module] = []
         for name, module in modules.items():
-            self._handles.append(module.register_forward_pre_hook(self._pre(name)))
-            self._handles.append(module.register_forward_hook(self._post(name)))
+            module.forward = self._wrap(name, module.forward)
+            self._patched.append(module)
 
-    def _pre(self, name: str):
-        def hook(module, args):
+    def _wrap(self, name: str, forward):
+        @functools.wraps(forward)  # keeps inspect.signature (transformers reads it)
+        def timed_forward(*args, **kwargs):
             self._depth += 1
-            if self._depth == 1:
-                self._start[name] = time.perf_counter()
+            start = time.perf_counter()
+            try:
+                return forward(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    if self._sync:
+                        torch.cuda.synchronize()
+                    self.seconds[name] += time.perf_counter() - start
+                    self.calls[name] += 1
 
-        return hook
-
-    def _post(self, name: str):
-        def hook(module, args, output):
-            if self._depth == 1 and name in self._start:
-                if torch.cuda.is_available() and torch.cuda.is_initialized():
-                    torch.cuda.synchronize()
-                self.seconds[name] += time.perf_counter() - self._start.pop(name)
-                self.calls[name] += 1
-            self._depth -= 1
-
-        return hook
+        return timed_forward
 
     def reset(self) -> None:
         for k in self.seconds:
@@ -307,8 +308,9 @@ class ForwardClock:
         return sum(self.seconds.values())
 
     def remove(self) -> None:
-        for h in self._handles:
-            h.remove()
+        for module in self._patched:
+            module.__dict__.pop("forward", None)
+        self._patched = []
 
 
 def pair_clock(pair: BenchPair) -> ForwardClock:
