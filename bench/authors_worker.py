@@ -98,17 +98,31 @@ def main() -> None:
             draft = load_model(msg["draft"], getattr(torch, msg.get("draft_dtype", msg["dtype"])))
             s = msg["settings"]
             gen = MTADGenerator(
-                draft, target, eos_token_id=int(msg["eos"]), k_config=tuple([1] * s["gamma"]),
-                beam_width=s["beam_width"], accept_thres=s["tau"],
-                max_new_tokens=int(msg["max_new"]), draft_model_temp=s["temperature"],
-                target_model_temp=s["temperature"], replacement=False, tree_attn=False,
-                top_k=s["top_k"], top_p=s["top_p"],
+                draft,
+                target,
+                eos_token_id=int(msg["eos"]),
+                k_config=tuple([1] * s["gamma"]),
+                beam_width=s["beam_width"],
+                accept_thres=s["tau"],
+                max_new_tokens=int(msg["max_new"]),
+                draft_model_temp=s["temperature"],
+                target_model_temp=s["temperature"],
+                replacement=False,
+                tree_attn=False,
+                top_k=s["top_k"],
+                top_p=s["top_p"],
             )
             clock = Clock([target.model, target.lm_head, draft.model, draft.lm_head])
             state.update(gen=gen, clock=clock, target=target)
-            reply({"ok": True, "strategy": type(gen.strategy).__name__,
-                   "transformers": transformers.__version__, "torch": torch.__version__,
-                   "rope_theta": [target.config.rope_theta, draft.config.rope_theta]})
+            reply(
+                {
+                    "ok": True,
+                    "strategy": type(gen.strategy).__name__,
+                    "transformers": transformers.__version__,
+                    "torch": torch.__version__,
+                    "rope_theta": [target.config.rope_theta, draft.config.rope_theta],
+                }
+            )
         elif cmd == "gen":
             gen, clock = state["gen"], state["clock"]
             gen.max_new_tokens = int(msg["max_new"])
@@ -120,15 +134,17 @@ def main() -> None:
             with torch.no_grad():
                 out = gen.generate(ids)
             wall = time.perf_counter() - start
-            reply({
-                "tokens": out.sequences[0, ids.shape[1]:].tolist(),
-                "wall": wall,
-                "forward_s": clock.seconds,
-                "iterations": int(out.invocation_count),
-                "accepted": int(out.acceptance_count),
-                "draft_s": gen.draft_time - d0,
-                "verify_s": gen.verify_time - v0,
-            })
+            reply(
+                {
+                    "tokens": out.sequences[0, ids.shape[1] :].tolist(),
+                    "wall": wall,
+                    "forward_s": clock.seconds,
+                    "iterations": int(out.invocation_count),
+                    "accepted": int(out.acceptance_count),
+                    "draft_s": gen.draft_time - d0,
+                    "verify_s": gen.verify_time - v0,
+                }
+            )
         elif cmd == "quit":
             reply({"ok": True})
             return

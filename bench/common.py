@@ -44,15 +44,28 @@ PROMPT_FILE = REPO / "mtad" / "tasks" / "data" / "default_prompts.jsonl"
 # Used only when the default prompt set is missing (a stripped checkout): chat, code, prose.
 FALLBACK_PROMPTS = [
     {"id": "fb-chat-1", "kind": "chat", "prompt": "What are three ways to sleep better?"},
-    {"id": "fb-code-1", "kind": "code", "prompt": "Write a Python function that reverses a "
-     "linked list, with a docstring."},
-    {"id": "fb-prose-1", "kind": "prose", "prompt": "Write a short paragraph about autumn in "
-     "a small harbour town."},
+    {
+        "id": "fb-code-1",
+        "kind": "code",
+        "prompt": "Write a Python function that reverses a linked list, with a docstring.",
+    },
+    {
+        "id": "fb-prose-1",
+        "kind": "prose",
+        "prompt": "Write a short paragraph about autumn in a small harbour town.",
+    },
     {"id": "fb-chat-2", "kind": "chat", "prompt": "How do I explain fractions to a child?"},
-    {"id": "fb-code-2", "kind": "code", "prompt": "Write a SQL query that returns the ten "
-     "customers with the highest total order value."},
-    {"id": "fb-prose-2", "kind": "prose", "prompt": "Describe a thunderstorm over the sea in "
-     "four sentences."},
+    {
+        "id": "fb-code-2",
+        "kind": "code",
+        "prompt": "Write a SQL query that returns the ten "
+        "customers with the highest total order value.",
+    },
+    {
+        "id": "fb-prose-2",
+        "kind": "prose",
+        "prompt": "Describe a thunderstorm over the sea in four sentences.",
+    },
 ]
 
 
@@ -61,22 +74,41 @@ FALLBACK_PROMPTS = [
 
 def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: int = 64) -> None:
     g = ap.add_argument_group("pair and prompts")
-    g.add_argument("--pair", default="smollm2", choices=["smollm2", "tiny"],
-                   help="smollm2: SmolLM2-135M-Instruct + --draft; tiny: random test pair")
-    g.add_argument("--draft", default=DEFAULT_DRAFT,
-                   help=f"draft model folder (default {DEFAULT_DRAFT}); 'standin' or a missing "
-                   "default builds the stand-in (target's first 2 layers) under .dev/")
-    g.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                   help="target dtype")
-    g.add_argument("--draft-dtype", default=None, choices=["bfloat16", "float32"],
-                   help="draft dtype (default: --dtype)")
-    g.add_argument("--prompt-file", default=None,
-                   help=f"jsonl with a 'prompt' field (default {PROMPT_FILE.relative_to(REPO)})")
+    g.add_argument(
+        "--pair",
+        default="smollm2",
+        choices=["smollm2", "tiny"],
+        help="smollm2: SmolLM2-135M-Instruct + --draft; tiny: random test pair",
+    )
+    g.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        help=f"draft model folder (default {DEFAULT_DRAFT}); 'standin' or a missing "
+        "default builds the stand-in (target's first 2 layers) under .dev/",
+    )
+    g.add_argument(
+        "--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype"
+    )
+    g.add_argument(
+        "--draft-dtype",
+        default=None,
+        choices=["bfloat16", "float32"],
+        help="draft dtype (default: --dtype)",
+    )
+    g.add_argument(
+        "--prompt-file",
+        default=None,
+        help=f"jsonl with a 'prompt' field (default {PROMPT_FILE.relative_to(REPO)})",
+    )
     g.add_argument("--prompts", type=int, default=prompts, help="number of prompts")
     g.add_argument("--max-new", type=int, default=max_new, help="max new tokens per prompt")
     g.add_argument("--seed", type=int, default=0, help="seed of prompt i is seed + i")
-    g.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1 on a shared 2-core box: oversubscription costs ~20x)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 on a shared 2-core box: oversubscription costs ~20x)",
+    )
 
 
 def setup(args: argparse.Namespace) -> None:
@@ -160,8 +192,11 @@ def resolve_draft(draft: str) -> tuple[Path, bool]:
     if (path / "config.json").is_file():
         return path, False
     if draft == DEFAULT_DRAFT:
-        print(f"[bench] {DEFAULT_DRAFT} not found: using the stand-in draft "
-              f"(target's first {STANDIN_LAYERS} layers) under {STANDIN_DRAFT}", file=sys.stderr)
+        print(
+            f"[bench] {DEFAULT_DRAFT} not found: using the stand-in draft "
+            f"(target's first {STANDIN_LAYERS} layers) under {STANDIN_DRAFT}",
+            file=sys.stderr,
+        )
         return build_standin_draft(), True
     raise FileNotFoundError(f"--draft: no model folder at {path}")
 
@@ -182,8 +217,9 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
         ModelSpec(loader="smollm2_gguf", dtype=args.dtype),
         ModelSpec(loader="local", path=str(draft_path), dtype=draft_dtype) if need_draft else None,
     )
-    return BenchPair(pair, "smollm2", str(draft_path) if draft_path else None, standin,
-                     args.dtype, draft_dtype)
+    return BenchPair(
+        pair, "smollm2", str(draft_path) if draft_path else None, standin, args.dtype, draft_dtype
+    )
 
 
 def eos_ids(pair: BenchPair) -> list[int]:
@@ -221,15 +257,23 @@ def load_prompts(args: argparse.Namespace, tokenizer: Any) -> list[Prompt]:
     else:
         if args.prompt_file:
             raise FileNotFoundError(f"--prompt-file: {path} does not exist")
-        print(f"[bench] {path} not found: using {len(FALLBACK_PROMPTS)} built-in prompts",
-              file=sys.stderr)
+        print(
+            f"[bench] {path} not found: using {len(FALLBACK_PROMPTS)} built-in prompts",
+            file=sys.stderr,
+        )
         rows = FALLBACK_PROMPTS
     out = []
     for i in range(args.prompts):
         row = rows[i % len(rows)]
         text = row["prompt"]
-        out.append(Prompt(str(row.get("id", i)), str(row.get("kind", "prose")), text,
-                          encode_chat(tokenizer, text, row.get("system"))))
+        out.append(
+            Prompt(
+                str(row.get("id", i)),
+                str(row.get("kind", "prose")),
+                text,
+                encode_chat(tokenizer, text, row.get("system")),
+            )
+        )
     return out
 
 
@@ -238,8 +282,9 @@ def encode_chat(tokenizer: Any, text: str, system: str | None = None) -> list[in
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": text}
         ]
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False,
-                                                 add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
         return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
     return list(tokenizer(text)["input_ids"])
 
@@ -368,7 +413,12 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     print(f"\n{title}")
     print(line)
     for j, r in enumerate(cells):
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        print(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=False))
+            )
+        )
         if j == 0:
             print(line)
     print(line)

@@ -24,15 +24,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from bench.common import environment_line, print_table, resolve_draft, setup  # noqa: E402
-from bench.common import DEFAULT_DRAFT  # noqa: E402
+from bench.common import (  # noqa: E402
+    DEFAULT_DRAFT,  # noqa: E402
+    environment_line,
+    print_table,
+    resolve_draft,
+    setup,
+)
 from mtad.models import ModelRunner, ModelSpec, load_model  # noqa: E402
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)
 
 
-def time_forward(runner: ModelRunner, n: int, rows: int, gen: torch.Generator) -> tuple[float, float]:
+def time_forward(
+    runner: ModelRunner, n: int, rows: int, gen: torch.Generator
+) -> tuple[float, float]:
     ids = torch.randint(0, runner.vocab_size, (rows, n), generator=gen)
     c0, w0 = time.process_time(), time.perf_counter()
     runner.forward(ids, keep=n)
@@ -58,10 +65,12 @@ def main(argv: list[str] | None = None) -> None:
         runners[("target", dtype)] = ModelRunner(t, "target")
         runners[("draft", dtype)] = ModelRunner(d, "draft")
     prompt = torch.randint(0, 49152, (1, args.context), generator=gen)
-    cases = [(m, dt, n, 1) for m in ("target", "draft") for dt in ("float32", "bfloat16")
-             for n in TOKENS]
-    cases += [(m, dt, 1, b) for m in ("draft",) for dt in ("float32", "bfloat16") for b in BEAMS
-              if b > 1]
+    cases = [
+        (m, dt, n, 1) for m in ("target", "draft") for dt in ("float32", "bfloat16") for n in TOKENS
+    ]
+    cases += [
+        (m, dt, 1, b) for m in ("draft",) for dt in ("float32", "bfloat16") for b in BEAMS if b > 1
+    ]
     res: dict[tuple, list[tuple[float, float]]] = {c: [] for c in cases}
     for rep in range(args.reps + 1):
         for case in cases:
@@ -75,26 +84,62 @@ def main(argv: list[str] | None = None) -> None:
             if rep:  # rep 0 warms every shape up
                 res[case].append(out)
     print(environment_line())
-    print(f"target SmolLM2-135M-Instruct; draft {'stand-in (target layers 0-1)' if standin else draft_path}; "
-          f"context {args.context} tokens; median of {args.reps}")
-    med = {c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-           for c, v in res.items()}
+    draft_name = "stand-in (target layers 0-1)" if standin else draft_path
+    print(
+        f"target SmolLM2-135M-Instruct; draft {draft_name}; "
+        f"context {args.context} tokens; median of {args.reps}"
+    )
+    med = {
+        c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+        for c, v in res.items()
+    }
     rows = []
     for m in ("target", "draft"):
         for n in TOKENS:
             f, b = med[(m, "float32", n, 1)], med[(m, "bfloat16", n, 1)]
             f1, b1 = med[(m, "float32", 1, 1)], med[(m, "bfloat16", 1, 1)]
-            rows.append([m, f"{n} tok x 1", f"{f[0]:.1f}", f"{f[0] / f1[0]:.2f}", f"{b[0]:.1f}",
-                         f"{b[0] / b1[0]:.2f}", f"{b[0] / f[0]:.2f}", f"{f[1]:.1f}", f"{b[1]:.1f}"])
+            rows.append(
+                [
+                    m,
+                    f"{n} tok x 1",
+                    f"{f[0]:.1f}",
+                    f"{f[0] / f1[0]:.2f}",
+                    f"{b[0]:.1f}",
+                    f"{b[0] / b1[0]:.2f}",
+                    f"{b[0] / f[0]:.2f}",
+                    f"{f[1]:.1f}",
+                    f"{b[1]:.1f}",
+                ]
+            )
     for b in BEAMS[1:]:
         f, h = med[("draft", "float32", 1, b)], med[("draft", "bfloat16", 1, b)]
         f1, h1 = med[("draft", "float32", 1, 1)], med[("draft", "bfloat16", 1, 1)]
-        rows.append(["draft", f"1 tok x {b}", f"{f[0]:.1f}", f"{f[0] / f1[0]:.2f}", f"{h[0]:.1f}",
-                     f"{h[0] / h1[0]:.2f}", f"{h[0] / f[0]:.2f}", f"{f[1]:.1f}", f"{h[1]:.1f}"])
+        rows.append(
+            [
+                "draft",
+                f"1 tok x {b}",
+                f"{f[0]:.1f}",
+                f"{f[0] / f1[0]:.2f}",
+                f"{h[0]:.1f}",
+                f"{h[0] / h1[0]:.2f}",
+                f"{h[0] / f[0]:.2f}",
+                f"{f[1]:.1f}",
+                f"{h[1]:.1f}",
+            ]
+        )
     print_table(
         "one cached forward (ms; CPU time unless noted)",
-        ["model", "shape", "fp32 ms", "fp32 x n=1", "bf16 ms", "bf16 x n=1", "bf16 / fp32",
-         "fp32 wall ms", "bf16 wall ms"],
+        [
+            "model",
+            "shape",
+            "fp32 ms",
+            "fp32 x n=1",
+            "bf16 ms",
+            "bf16 x n=1",
+            "bf16 / fp32",
+            "fp32 wall ms",
+            "bf16 wall ms",
+        ],
         rows,
     )
 

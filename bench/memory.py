@@ -43,8 +43,13 @@ def child(args: argparse.Namespace) -> None:
     start = rss_mib()
     bp = load_bench_pair(args, need_draft=METHODS[args.child][1].uses_draft)
     prompts = load_prompts(args, bp.tokenizer)
-    dec = Decoder(build_method(args.child, **METHOD_PARAMS.get(args.child, {})), bp.target,
-                  bp.draft, eos_ids(bp), args.seed)
+    dec = Decoder(
+        build_method(args.child, **METHOD_PARAMS.get(args.child, {})),
+        bp.target,
+        bp.draft,
+        eos_ids(bp),
+        args.seed,
+    )
     gc.collect()
     loaded = rss_mib()
     rounds, objects, tokens = [], [], 0
@@ -54,15 +59,29 @@ def child(args: argparse.Namespace) -> None:
         gc.collect()
         rounds.append(rss_mib())
         objects.append(len(gc.get_objects()))
-    print(json.dumps({"start": start, "loaded": loaded, "rounds": rounds, "objects": objects,
-                      "peak": peak_rss_mib(), "tokens": tokens, "pair": bp.describe()}))
+    print(
+        json.dumps(
+            {
+                "start": start,
+                "loaded": loaded,
+                "rounds": rounds,
+                "objects": objects,
+                "peak": peak_rss_mib(),
+                "tokens": tokens,
+                "pair": bp.describe(),
+            }
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(ap, prompts=4, max_new=48)
-    ap.add_argument("--methods", default=DEFAULT_METHODS,
-                    help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})")
+    ap.add_argument(
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="passes over the prompt set")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -78,21 +97,37 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         results[m] = json.loads(out.stdout.strip().splitlines()[-1])
     print(environment_line(args))
     print(f"pair: {next(iter(results.values()))['pair']}")
-    print(f"{args.prompts} prompts x max {args.max_new} new tokens, {args.rounds} rounds, "
-          "one fresh process per method")
+    print(
+        f"{args.prompts} prompts x max {args.max_new} new tokens, {args.rounds} rounds, "
+        "one fresh process per method"
+    )
     rows = []
     for m, r in results.items():
         rr, ob = r["rounds"], r["objects"]
         growth = (rr[-1] - rr[0]) / (len(rr) - 1) if len(rr) > 1 else float("nan")
         obj_growth = (ob[-1] - ob[0]) / (len(ob) - 1) if len(ob) > 1 else float("nan")
-        rows.append([
-            m, f"{r['loaded']:.0f}", f"{r['peak']:.0f}", f"{r['peak'] - r['loaded']:.0f}",
-            " ".join(f"{x:.0f}" for x in rr), f"{growth:+.1f}", f"{obj_growth:+.0f}",
-        ])
+        rows.append(
+            [
+                m,
+                f"{r['loaded']:.0f}",
+                f"{r['peak']:.0f}",
+                f"{r['peak'] - r['loaded']:.0f}",
+                " ".join(f"{x:.0f}" for x in rr),
+                f"{growth:+.1f}",
+                f"{obj_growth:+.0f}",
+            ]
+        )
     print_table(
         "resident memory (MiB)",
-        ["method", "after load", "peak", "peak - load", "after each round",
-         "growth/round (MiB)", "objects growth/round"],
+        [
+            "method",
+            "after load",
+            "peak",
+            "peak - load",
+            "after each round",
+            "growth/round (MiB)",
+            "objects growth/round",
+        ],
         rows,
     )
     return results

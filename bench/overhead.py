@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import (  # noqa: E402
     add_common_args,
-    eos_ids,
     environment_line,
+    eos_ids,
     load_bench_pair,
     load_prompts,
     pair_clock,
@@ -32,7 +32,7 @@ from bench.common import (  # noqa: E402
     ratio,
     setup,
 )
-from mtad.engine import DecodeStats, Decoder  # noqa: E402
+from mtad.engine import Decoder, DecodeStats  # noqa: E402
 from mtad.methods import METHODS, build_method  # noqa: E402
 
 # The authors' defaults (B=4, gamma=4, tau=0.5); sampling T=1, top-k 10, top-p 0.9 for all.
@@ -63,8 +63,13 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     prompts = load_prompts(args, bp.tokenizer)
     sampling = {"temperature": 0.0} if args.greedy else {}
     decoders = {
-        m: Decoder(build_method(m, **METHOD_PARAMS.get(m, {}), **sampling), bp.target, bp.draft,
-                   eos_token_ids=eos_ids(bp), seed=args.seed)
+        m: Decoder(
+            build_method(m, **METHOD_PARAMS.get(m, {}), **sampling),
+            bp.target,
+            bp.draft,
+            eos_token_ids=eos_ids(bp),
+            seed=args.seed,
+        )
         for m in methods
     }
     clock = pair_clock(bp)
@@ -110,19 +115,40 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     rows = []
     for m, r in results.items():
         s = r["stats"]
-        rows.append([
-            m, s.new_tokens, f"{s.tokens_per_s:.2f}", f"{ratio(s.tokens_per_s, ar):.2f}",
-            f"{ratio(s.tokens_per_s, sps):.2f}", f"{s.block_efficiency:.2f}",
-            f"{s.acceptance_rate:.2f}",
-            f"{pct(r['target_fwd_s'], s.wall_time):.1f}",
-            f"{pct(r['draft_fwd_s'], s.wall_time):.1f}",
-            f"{r['overhead_pct']:.1f}", f"{r['phase_overhead_pct']:.1f}", f"{r['loop_pct']:.1f}",
-            f"{r['overhead_ms_per_iter']:.2f}",
-        ])
+        rows.append(
+            [
+                m,
+                s.new_tokens,
+                f"{s.tokens_per_s:.2f}",
+                f"{ratio(s.tokens_per_s, ar):.2f}",
+                f"{ratio(s.tokens_per_s, sps):.2f}",
+                f"{s.block_efficiency:.2f}",
+                f"{s.acceptance_rate:.2f}",
+                f"{pct(r['target_fwd_s'], s.wall_time):.1f}",
+                f"{pct(r['draft_fwd_s'], s.wall_time):.1f}",
+                f"{r['overhead_pct']:.1f}",
+                f"{r['phase_overhead_pct']:.1f}",
+                f"{r['loop_pct']:.1f}",
+                f"{r['overhead_ms_per_iter']:.2f}",
+            ]
+        )
     print_table(
         "speed and where the time goes (percent of wall time)",
-        ["method", "tokens", "tok/s", "x ar", "x sps", "block eff", "accept", "target fwd %",
-         "draft fwd %", "overhead %", "in phases %", "loop %", "overhead ms/iter"],
+        [
+            "method",
+            "tokens",
+            "tok/s",
+            "x ar",
+            "x sps",
+            "block eff",
+            "accept",
+            "target fwd %",
+            "draft fwd %",
+            "overhead %",
+            "in phases %",
+            "loop %",
+            "overhead ms/iter",
+        ],
         rows,
     )
     return results
@@ -131,8 +157,11 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(ap)
-    ap.add_argument("--methods", default=DEFAULT_METHODS,
-                    help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})")
+    ap.add_argument(
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})",
+    )
     ap.add_argument("--greedy", action="store_true", help="temperature 0 for every method")
     ap.add_argument("--verbose", action="store_true")
     return run(ap.parse_args(argv))

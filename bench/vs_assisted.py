@@ -34,8 +34,8 @@ import torch  # noqa: E402
 
 from bench.common import (  # noqa: E402
     add_common_args,
-    eos_ids,
     environment_line,
+    eos_ids,
     load_bench_pair,
     load_prompts,
     pair_clock,
@@ -54,8 +54,13 @@ GAMMA = 4
 def hf_generate(model, prompt_ids, max_new, eos, pad, assistant=None, assistant_cfg=None):
     """One ``generate`` call; returns the new tokens (up to the first EOS)."""
     kwargs = dict(
-        do_sample=False, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad,
-        temperature=None, top_k=None, top_p=None,
+        do_sample=False,
+        max_new_tokens=max_new,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        temperature=None,
+        top_k=None,
+        top_p=None,
     )
     if assistant is not None:
         kwargs["assistant_model"] = assistant
@@ -70,7 +75,7 @@ def hf_generate(model, prompt_ids, max_new, eos, pad, assistant=None, assistant_
     finally:
         if saved is not None:
             assistant.generation_config = saved
-    return truncate_at_eos(out[0, len(prompt_ids):].tolist(), eos)[:max_new]
+    return truncate_at_eos(out[0, len(prompt_ids) :].tolist(), eos)[:max_new]
 
 
 def run(args: argparse.Namespace) -> dict[str, dict]:
@@ -82,21 +87,36 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     target, draft = bp.target.model, bp.draft.model
     ours = {
         "ours ar": Decoder(build_method("ar", temperature=0.0), bp.target, None, eos, args.seed),
-        "ours sps": Decoder(build_method("sps", gamma=GAMMA, temperature=0.0), bp.target,
-                            bp.draft, eos, args.seed),
+        "ours sps": Decoder(
+            build_method("sps", gamma=GAMMA, temperature=0.0), bp.target, bp.draft, eos, args.seed
+        ),
     }
-    pinned = {"num_assistant_tokens": GAMMA, "num_assistant_tokens_schedule": "constant",
-              "assistant_confidence_threshold": 0.0}
+    pinned = {
+        "num_assistant_tokens": GAMMA,
+        "num_assistant_tokens_schedule": "constant",
+        "assistant_confidence_threshold": 0.0,
+    }
     hf = {
         "hf greedy": lambda p: hf_generate(target, p, args.max_new, eos, pad),
         "hf assisted": lambda p: hf_generate(target, p, args.max_new, eos, pad, draft, pinned),
     }
     if args.hf_defaults:
-        hf["hf assisted (defaults)"] = lambda p: hf_generate(target, p, args.max_new, eos, pad,
-                                                             draft, None)
+        hf["hf assisted (defaults)"] = lambda p: hf_generate(
+            target, p, args.max_new, eos, pad, draft, None
+        )
     names = ["ours ar", "ours sps", *hf]
-    acc = {n: {"tokens": 0, "wall": 0.0, "target_fwd": 0.0, "draft_fwd": 0.0, "target_calls": 0,
-               "same": 0, "outputs": []} for n in names}
+    acc = {
+        n: {
+            "tokens": 0,
+            "wall": 0.0,
+            "target_fwd": 0.0,
+            "draft_fwd": 0.0,
+            "target_calls": 0,
+            "same": 0,
+            "outputs": [],
+        }
+        for n in names
+    }
     clock = pair_clock(bp)
     # warm-up every path once (lazy inits, first-call allocations)
     for dec in ours.values():
@@ -137,29 +157,49 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         a = acc[n]
         tps = a["tokens"] / a["wall"]
         overhead = a["wall"] - a["target_fwd"] - a["draft_fwd"]
-        rows.append([
-            n, a["tokens"], f"{tps:.2f}", f"{ratio(tps, base):.2f}", a["target_calls"],
-            f"{ratio(a['tokens'], a['target_calls']):.2f}", f"{a['same']}/{len(prompts)}",
-            f"{pct(overhead, a['wall']):.1f}",
-        ])
+        rows.append(
+            [
+                n,
+                a["tokens"],
+                f"{tps:.2f}",
+                f"{ratio(tps, base):.2f}",
+                a["target_calls"],
+                f"{ratio(a['tokens'], a['target_calls']):.2f}",
+                f"{a['same']}/{len(prompts)}",
+                f"{pct(overhead, a['wall']):.1f}",
+            ]
+        )
     print_table(
         "greedy: ours vs transformers (same model objects)",
-        ["impl", "tokens", "tok/s", "x hf assisted", "target fwds", "tokens/target fwd",
-         "same as ours ar", "overhead %"],
+        [
+            "impl",
+            "tokens",
+            "tok/s",
+            "x hf assisted",
+            "target fwds",
+            "tokens/target fwd",
+            "same as ours ar",
+            "overhead %",
+        ],
         rows,
     )
     sps, hfa = acc["ours sps"], acc["hf assisted"]
-    same = sum(a == b for a, b in zip(sps["outputs"], hfa["outputs"]))
-    print(f"\nours sps vs hf assisted: identical outputs {same}/{len(prompts)}, "
-          f"tokens/s ratio {ratio(sps['tokens'] / sps['wall'], base):.2f}")
+    same = sum(a == b for a, b in zip(sps["outputs"], hfa["outputs"], strict=False))
+    print(
+        f"\nours sps vs hf assisted: identical outputs {same}/{len(prompts)}, "
+        f"tokens/s ratio {ratio(sps['tokens'] / sps['wall'], base):.2f}"
+    )
     return acc
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(ap)
-    ap.add_argument("--hf-defaults", action="store_true",
-                    help="also run assisted generation with transformers' default draft settings")
+    ap.add_argument(
+        "--hf-defaults",
+        action="store_true",
+        help="also run assisted generation with transformers' default draft settings",
+    )
     ap.add_argument("--verbose", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (  # noqa: E402
     REPO,
     add_common_args,
-    eos_ids,
     environment_line,
+    eos_ids,
     load_bench_pair,
     load_prompts,
     pair_clock,
@@ -58,7 +58,10 @@ WORKER = REPO / "bench" / "authors_worker.py"
 class AuthorsWorker:
     def __init__(self, python: str, init: dict) -> None:
         self.proc = subprocess.Popen(
-            [python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [python, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             bufsize=1,
         )
         self.info = self.call({"cmd": "init", **init})
@@ -104,25 +107,52 @@ def run(args: argparse.Namespace) -> dict:
     setup(args)
     src = Path(args.authors_repo).expanduser().resolve() / "src"
     if not (src / "inference" / "strategies.py").is_file():
-        raise SystemExit(f"--authors-repo: {src}/inference/strategies.py not found "
-                         "(a checkout of github.com/ZongyueQin/MTAD)")
+        raise SystemExit(
+            f"--authors-repo: {src}/inference/strategies.py not found "
+            "(a checkout of github.com/ZongyueQin/MTAD)"
+        )
     bp = load_bench_pair(args)
     prompts = load_prompts(args, bp.tokenizer)
     eos = eos_ids(bp)
-    settings = {"gamma": args.gamma, "beam_width": args.beam_width, "tau": args.tau,
-                "top_k": args.top_k, "top_p": args.top_p, "temperature": args.temperature}
+    settings = {
+        "gamma": args.gamma,
+        "beam_width": args.beam_width,
+        "tau": args.tau,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "temperature": args.temperature,
+    }
     ours = Decoder(
-        build_method("mtad", gamma=args.gamma, beam_width=args.beam_width, tau=args.tau,
-                     top_k=args.top_k, top_p=args.top_p, temperature=args.temperature),
-        bp.target, bp.draft, eos, args.seed,
+        build_method(
+            "mtad",
+            gamma=args.gamma,
+            beam_width=args.beam_width,
+            tau=args.tau,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            temperature=args.temperature,
+        ),
+        bp.target,
+        bp.draft,
+        eos,
+        args.seed,
     )
     with tempfile.TemporaryDirectory() as tmp:
         target_dir, draft_dir = model_folders(bp, Path(tmp))
-        worker = AuthorsWorker(args.authors_python, {
-            "src": str(src), "target": target_dir, "draft": draft_dir, "dtype": bp.dtype,
-            "draft_dtype": bp.draft_dtype, "eos": int(bp.tokenizer.eos_token_id),
-            "threads": args.threads, "max_new": args.max_new, "settings": settings,
-        })
+        worker = AuthorsWorker(
+            args.authors_python,
+            {
+                "src": str(src),
+                "target": target_dir,
+                "draft": draft_dir,
+                "dtype": bp.dtype,
+                "draft_dtype": bp.draft_dtype,
+                "eos": int(bp.tokenizer.eos_token_id),
+                "threads": args.threads,
+                "max_new": args.max_new,
+                "settings": settings,
+            },
+        )
         try:
             results = compare(args, bp, prompts, eos, ours, worker)
         finally:
@@ -135,8 +165,19 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
     # warm-up both sides
     ours.generate(prompts[0].ids, 4, seed=args.seed)
     worker.call({"cmd": "gen", "ids": prompts[0].ids, "seed": args.seed, "max_new": 4})
-    sides = {s: {"tokens": 0, "wall": 0.0, "fwd": 0.0, "iters": 0, "accepted": 0,
-                 "draft": 0.0, "verify": 0.0, "be": []} for s in ("ours", "authors")}
+    sides = {
+        s: {
+            "tokens": 0,
+            "wall": 0.0,
+            "fwd": 0.0,
+            "iters": 0,
+            "accepted": 0,
+            "draft": 0.0,
+            "verify": 0.0,
+            "be": [],
+        }
+        for s in ("ours", "authors")
+    }
     for i, prompt in enumerate(prompts):
         for r in range(args.repeats):
             seed = args.seed + i * args.repeats + r
@@ -156,8 +197,9 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
                     s["verify"] += st.time_verify
                     s["be"].append(st.block_efficiency)
                 else:
-                    res = worker.call({"cmd": "gen", "ids": prompt.ids, "seed": seed,
-                                       "max_new": args.max_new})
+                    res = worker.call(
+                        {"cmd": "gen", "ids": prompt.ids, "seed": seed, "max_new": args.max_new}
+                    )
                     s["tokens"] += len(truncate_at_eos(res["tokens"], eos))
                     s["wall"] += res["wall"]
                     s["fwd"] += res["forward_s"]
@@ -173,31 +215,53 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
     info = worker.info
     print(environment_line(args))
     print(f"pair: {bp.describe()}")
-    print(f"authors: {info['strategy']} from {args.authors_repo} (transformers "
-          f"{info['transformers']}, torch {info['torch']}, rope_theta {info['rope_theta']})")
-    print(f"settings: B={args.beam_width} gamma={args.gamma} tau={args.tau} top-k={args.top_k} "
-          f"top-p={args.top_p} T={args.temperature}; {len(prompts)} prompts x {args.repeats} "
-          f"seeds x max {args.max_new} new tokens")
+    print(
+        f"authors: {info['strategy']} from {args.authors_repo} (transformers "
+        f"{info['transformers']}, torch {info['torch']}, rope_theta {info['rope_theta']})"
+    )
+    print(
+        f"settings: B={args.beam_width} gamma={args.gamma} tau={args.tau} top-k={args.top_k} "
+        f"top-p={args.top_p} T={args.temperature}; {len(prompts)} prompts x {args.repeats} "
+        f"seeds x max {args.max_new} new tokens"
+    )
     tps = {k: v["tokens"] / v["wall"] for k, v in sides.items()}
     rows = []
     for side, s in sides.items():
         be, se = mean_se(s["be"])
-        rows.append([
-            side, s["tokens"], f"{tps[side]:.2f}", f"{ratio(tps[side], tps['authors']):.2f}",
-            f"{be:.3f} +- {se:.3f}", f"{(s['accepted'] + s['iters']) / s['iters']:.3f}",
-            f"{pct(s['draft'], s['wall']):.1f}", f"{pct(s['verify'], s['wall']):.1f}",
-            f"{pct(s['wall'] - s['fwd'], s['wall']):.1f}",
-        ])
+        rows.append(
+            [
+                side,
+                s["tokens"],
+                f"{tps[side]:.2f}",
+                f"{ratio(tps[side], tps['authors']):.2f}",
+                f"{be:.3f} +- {se:.3f}",
+                f"{(s['accepted'] + s['iters']) / s['iters']:.3f}",
+                f"{pct(s['draft'], s['wall']):.1f}",
+                f"{pct(s['verify'], s['wall']):.1f}",
+                f"{pct(s['wall'] - s['fwd'], s['wall']):.1f}",
+            ]
+        )
     print_table(
         "MTAD: ours vs the authors' BatchMTADStrategy (same pair, settings, prompts)",
-        ["impl", "tokens", "tok/s", "x authors", "block eff (mean +- s.e.)", "block eff (pooled)",
-         "draft %", "verify %", "overhead %"],
+        [
+            "impl",
+            "tokens",
+            "tok/s",
+            "x authors",
+            "block eff (mean +- s.e.)",
+            "block eff (pooled)",
+            "draft %",
+            "verify %",
+            "overhead %",
+        ],
         rows,
     )
     (bo, so), (ba, sa) = mean_se(sides["ours"]["be"]), mean_se(sides["authors"]["be"])
     z = (bo - ba) / math.sqrt(so**2 + sa**2) if so == so and sa == sa and (so or sa) else 0.0
-    print(f"\nours / authors tokens/s: {ratio(tps['ours'], tps['authors']):.2f}; "
-          f"block efficiency difference {bo - ba:+.3f} (z = {z:+.2f}; |z| < 2: within noise)")
+    print(
+        f"\nours / authors tokens/s: {ratio(tps['ours'], tps['authors']):.2f}; "
+        f"block efficiency difference {bo - ba:+.3f} (z = {z:+.2f}; |z| < 2: within noise)"
+    )
     return sides
 
 
@@ -205,8 +269,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_args(ap, prompts=6, max_new=64)
     ap.add_argument("--authors-repo", required=True, help="checkout of ZongyueQin/MTAD")
-    ap.add_argument("--authors-python", required=True,
-                    help="python of a venv with torch==2.13.0 transformers==4.44.2")
+    ap.add_argument(
+        "--authors-python",
+        required=True,
+        help="python of a venv with torch==2.13.0 transformers==4.44.2",
+    )
     ap.add_argument("--repeats", type=int, default=1, help="seeds per prompt")
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--beam-width", type=int, default=4)
