@@ -191,16 +191,13 @@ def _sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
         live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
         return live if live[0].numel() * 8 <= numel else None
     chunks = logscores.reshape(-1, _CHUNK)
-    chunk_max = chunks.amax(dim=-1)
-    if bool(chunk_max.isnan().any()):
-        return None
-    active = (chunk_max > NEG_INF).nonzero().flatten()
+    active = (chunks.amax(dim=-1) > NEG_INF).nonzero().flatten()  # (NaN chunks count as dead)
     if active.numel() * _CHUNK > numel // 8:
         return None
     hit = (chunks[active] > NEG_INF).nonzero()
     flat = active[hit[:, 0]] * _CHUNK + hit[:, 1]
-    if flat.numel() * 8 > numel:
-        return None
+    if logscores.dim() == 1:
+        return (flat,)
     return torch.unravel_index(flat, logscores.shape)
 
 
@@ -236,6 +233,11 @@ def sample_from_logprobs(
     """
     if greedy:
         return logprobs.argmax(dim=-1)
+    if logprobs.dim() == 1:  # one row: the argmax among the support, no dense keys
+        live = _sparse_support(logprobs)
+        if live is not None and live[0].numel():
+            vals = logprobs[live].float()
+            return live[0][(vals + gumbel_like(vals, generator)).argmax()]
     return perturb(logprobs, generator).argmax(dim=-1)
 
 
