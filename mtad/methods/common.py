@@ -25,6 +25,20 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+@dataclass
+class BeamParams(SamplingParams):
+    """Block size and beam width of beam-sampled blocks (MTJD, MTAD, MMTAD)."""
+
+    gamma: int = 4
+    beam_width: int = 4
+    replacement: bool = False  # beam sampling with replacement (the paper's default is without)
+
+    def __post_init__(self) -> None:
+        check_gamma(self.gamma)
+        check_beam_width(self.beam_width)
+        super().__post_init__()
+
+
 def check_gamma(gamma: int) -> None:
     if not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")

@@ -17,22 +17,13 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import BeamDraft, beam_sample
-from mtad.methods.common import SamplingParams, check_beam_width, check_gamma, check_tau
+from mtad.methods.mtad import MTADParams
 from mtad.warping import NEG_INF, sample_from_logprobs, warp_logprobs
 
 
 @dataclass
-class MMTADParams(SamplingParams):
-    gamma: int = 4
-    beam_width: int = 4
-    tau: float = 0.5
-    replacement: bool = False
-
-    def __post_init__(self) -> None:
-        check_gamma(self.gamma)
-        check_beam_width(self.beam_width)
-        check_tau(self.tau)
-        super().__post_init__()
+class MMTADParams(MTADParams):
+    """Same parameters as MTAD: the difference is in verification."""
 
 
 def beam_tree(beams: BeamDraft) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -19,20 +19,15 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
-from mtad.methods.common import SamplingParams, check_beam_width, check_gamma, check_tau
+from mtad.methods.common import BeamParams, check_tau
 from mtad.warping import sample_from_logprobs, warp_logprobs
 
 
 @dataclass
-class MTADParams(SamplingParams):
-    gamma: int = 4
-    beam_width: int = 4
+class MTADParams(BeamParams):
     tau: float = 0.5
-    replacement: bool = False  # beam sampling with replacement (the paper's default is without)
 
     def __post_init__(self) -> None:
-        check_gamma(self.gamma)
-        check_beam_width(self.beam_width)
         check_tau(self.tau)
         super().__post_init__()
 

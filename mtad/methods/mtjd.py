@@ -14,19 +14,12 @@ from dataclasses import dataclass
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
-from mtad.methods.common import SamplingParams, check_beam_width, check_gamma
+from mtad.methods.common import BeamParams
 
 
 @dataclass
-class MTJDParams(SamplingParams):
-    gamma: int = 4
-    beam_width: int = 4
-    replacement: bool = False
-
-    def __post_init__(self) -> None:
-        check_gamma(self.gamma)
-        check_beam_width(self.beam_width)
-        super().__post_init__()
+class MTJDParams(BeamParams):
+    """Block size, beam width and warping of target beam sampling."""
 
 
 class TargetBeamSampling(DecodingMethod):
