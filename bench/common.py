@@ -87,7 +87,18 @@ def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: i
         "default builds the stand-in (target's first 2 layers) under .dev/",
     )
     g.add_argument(
-        "--dtype", default="bfloat16", choices=["bfloat16", "float32"], help="target dtype"
+        "--dtype",
+        default="float32",
+        choices=["bfloat16", "float32"],
+        help="target dtype (float32, as conf/pair/smollm2.yaml: on AVX2 CPUs without native "
+        "bf16, bf16 forwards of 4+ tokens are slower; see bench/forward_shapes.py)",
+    )
+    g.add_argument(
+        "--head",
+        default="auto",
+        choices=["auto", "stock", "fast"],
+        help="our runners' logits head (mtad.models.head_for); transformers' own "
+        "generate always uses the stock head",
     )
     g.add_argument(
         "--draft-dtype",
@@ -155,7 +166,13 @@ class BenchPair:
         if self.name == "tiny":
             return "tiny random llama pair (tests only)"
         draft = "stand-in draft (target's first 2 layers)" if self.standin else self.draft_path
-        return f"smollm2: SmolLM2-135M-Instruct [{self.dtype}] + {draft} [{self.draft_dtype}]"
+        heads = f"our head: target {self.target.head}" + (
+            f", draft {self.draft.head}" if self.draft is not None else ""
+        )
+        return (
+            f"smollm2: SmolLM2-135M-Instruct [{self.dtype}] + {draft} [{self.draft_dtype}]; "
+            + heads
+        )
 
 
 def build_standin_draft(out: Path = STANDIN_DRAFT, layers: int = STANDIN_LAYERS) -> Path:
@@ -207,8 +224,8 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
         target, draft = build_tiny_pair("llama")
         dt = getattr(torch, args.dtype)
         pair = LoadedPair(
-            ModelRunner(target.to(dt), "target"),
-            ModelRunner(draft.to(getattr(torch, draft_dtype)), "draft"),
+            ModelRunner(target.to(dt), "target", args.head),
+            ModelRunner(draft.to(getattr(torch, draft_dtype)), "draft", args.head),
             build_tiny_tokenizer(),
         )
         return BenchPair(pair, "tiny", None, False, args.dtype, draft_dtype)
@@ -216,6 +233,7 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
     pair = load_pair(
         ModelSpec(loader="smollm2_gguf", dtype=args.dtype),
         ModelSpec(loader="local", path=str(draft_path), dtype=draft_dtype) if need_draft else None,
+        head=args.head,
     )
     return BenchPair(
         pair, "smollm2", str(draft_path) if draft_path else None, standin, args.dtype, draft_dtype
@@ -313,15 +331,18 @@ class ForwardClock:
     implementation. Nested calls are counted once (outermost only).
     """
 
-    def __init__(self, modules: dict[str, torch.nn.Module]) -> None:
+    def __init__(self, modules: dict[str, torch.nn.Module | Sequence[torch.nn.Module]]) -> None:
         self.seconds = dict.fromkeys(modules, 0.0)
         self.calls = dict.fromkeys(modules, 0)
         self._depth = 0
         self._sync = torch.cuda.is_available() and torch.cuda.is_initialized()
         self._patched: list[torch.nn.Module] = []
-        for name, module in modules.items():
-            module.forward = self._wrap(name, module.forward)
-            self._patched.append(module)
+        for name, group in modules.items():
+            for module in [group] if isinstance(group, torch.nn.Module) else group:
+                if any(module is m for m in self._patched):
+                    continue
+                module.forward = self._wrap(name, module.forward)
+                self._patched.append(module)
 
     def _wrap(self, name: str, forward):
         @functools.wraps(forward)  # keeps inspect.signature (transformers reads it)
@@ -359,9 +380,11 @@ class ForwardClock:
 
 
 def pair_clock(pair: BenchPair) -> ForwardClock:
-    mods = {"target": pair.target.model}
+    """Clock the models (whoever calls them) and what our runners call for logits
+    (``ModelRunner.net``: the model, or :class:`mtad.models.CPUHeadLM` around it)."""
+    mods: dict[str, list[torch.nn.Module]] = {"target": [pair.target.model, pair.target.net]}
     if pair.draft is not None and pair.draft.model is not pair.target.model:
-        mods["draft"] = pair.draft.model
+        mods["draft"] = [pair.draft.model, pair.draft.net]
     return ForwardClock(mods)
 
 

@@ -54,6 +54,80 @@ class ForwardRecord:
     paths: list[torch.Tensor] | None = None
 
 
+HEAD_MODES = ("auto", "stock", "fast")
+# Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no bias,
+# scaling or soft-capping): the only ones :class:`CPUHeadLM` may stand in for.
+PLAIN_HEAD_ARCHS = ("LlamaForCausalLM", "OPTForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+FAST_HEAD_MIN_VOCAB = 8192
+
+
+class CPUHeadLM(torch.nn.Module):
+    """A causal LM whose output projection is computed the way a CPU BLAS is fastest.
+
+    Decoding projects 1 to ~10 hidden rows onto a 32k-150k vocabulary. On the CPUs we measured
+    (AVX2, MKL, 1 thread; ``bench/forward_shapes.py``), ``F.linear(x, W)`` -- ``x @ W.T`` with
+    the weight read transposed -- is the slow case of sgemm: for SmolLM2's 49152 x 576 head,
+    1 row took 18.9 ms and 5 rows 52 ms, while ``x @ W.T.contiguous()`` took 9.3 ms for one row
+    and ``(W @ x.T).T`` 26-32 ms for five (and was fastest for every size from 2 to 128 rows).
+    That head is a fifth of a target forward and most of a draft forward, so the choice matters.
+    Same arithmetic, different summation order: logits agree with the stock head to ~1e-6
+    relative. The transposed copy costs one extra head's worth of memory (made on first use).
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.lm = model
+        self._wt: torch.Tensor | None = None
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.lm.get_output_embeddings().weight
+        x = hidden.reshape(-1, hidden.shape[-1])
+        if x.shape[0] == 1:
+            if self._wt is None or self._wt.shape != weight.T.shape:
+                self._wt = weight.detach().T.contiguous()
+            out = x @ self._wt
+        else:
+            out = (weight @ x.T).T.contiguous()
+        return out.view(*hidden.shape[:-1], out.shape[-1])
+
+    def forward(self, input_ids: torch.Tensor, logits_to_keep: int = 0, **kwargs: Any):
+        hidden = self.lm.base_model(input_ids=input_ids, **kwargs).last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        return self.project(hidden)
+
+
+def head_for(model: PreTrainedModel, mode: str = "auto") -> torch.nn.Module:
+    """The module a :class:`ModelRunner` calls for logits: the model itself (``stock``) or a
+    :class:`CPUHeadLM` around it (``fast``; ``auto`` picks it for a float32 model on the CPU
+    with a large vocabulary and a plain head)."""
+    if mode not in HEAD_MODES:
+        raise ValueError(f"head must be one of {HEAD_MODES}, got {mode!r}")
+    if mode == "stock":
+        return model
+    head = model.get_output_embeddings()
+    plain = (
+        type(model).__name__ in PLAIN_HEAD_ARCHS
+        and isinstance(head, torch.nn.Linear)
+        and head.bias is None
+        and hasattr(model, "base_model")
+    )
+    if mode == "fast":
+        if not plain:
+            raise ValueError(f"head: 'fast' needs one of {PLAIN_HEAD_ARCHS} with a bias-free head")
+        return CPUHeadLM(model)
+    weight = head.weight if isinstance(head, torch.nn.Linear) else None
+    if (
+        plain
+        and weight is not None
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and weight.shape[0] >= FAST_HEAD_MIN_VOCAB
+    ):
+        return CPUHeadLM(model)
+    return model
+
+
 class ModelRunner:
     """A causal LM plus its KV cache, with the cache bookkeeping methods need.
 
@@ -62,17 +136,21 @@ class ModelRunner:
     drafted tokens), so catching up is always "feed ``ids[cache_len:]``".
     """
 
-    def __init__(self, model: PreTrainedModel, role: str = "model") -> None:
+    def __init__(self, model: PreTrainedModel, role: str = "model", head: str = "auto") -> None:
         self.model = model.eval()
         self.role = role
         self.device = next(model.parameters()).device
         self.vocab_size = vocab_size_of(model)
         self.forwards = 0
         self.trace: list[ForwardRecord] | None = None
+        # what is called for logits: the model, or the model with a CPU-friendly head
+        self.net = head_for(self.model, head)
+        self.head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
         # transformers renamed ``past_key_values`` to ``cache`` during 5.x; accept both.
-        params = inspect.signature(model.forward).parameters
+        body = model.base_model if self.head == "fast" else model
+        params = inspect.signature(body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._can_trim_logits = "logits_to_keep" in params
+        self._can_trim_logits = self.head == "fast" or "logits_to_keep" in params
         self.reset()
 
     def reset(self) -> None:
@@ -96,10 +174,7 @@ class ModelRunner:
         Returns logits ``[rows, keep, V]`` of the last ``keep`` positions (all when 0): the
         full-vocabulary head is skipped for prompt positions nobody reads.
         """
-        kwargs = {self._cache_kw: self.cache, "use_cache": True}
-        if keep and self._can_trim_logits:
-            kwargs["logits_to_keep"] = keep
-        logits = self.model(input_ids=input_ids, **kwargs).logits
+        logits = self._logits(input_ids, keep)
         if keep:
             logits = logits[:, -keep:]
         self.cached_ids = torch.cat([self.cached_ids, input_ids], dim=1)
@@ -107,6 +182,14 @@ class ModelRunner:
         if self.trace is not None:
             self.trace.append(ForwardRecord(self.cached_ids.clone(), logits.detach().clone()))
         return logits
+
+    def _logits(self, input_ids: torch.Tensor, keep: int, **kwargs: Any) -> torch.Tensor:
+        """One forward through the cache; logits of (at least) the last ``keep`` positions."""
+        kwargs.update({self._cache_kw: self.cache, "use_cache": True})
+        if keep and self._can_trim_logits:
+            kwargs["logits_to_keep"] = keep
+        out = self.net(input_ids=input_ids, **kwargs)
+        return out if isinstance(out, torch.Tensor) else out.logits
 
     def feed(self, ids: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         """Feed the part of the 1-D committed sequence ``ids`` the cache lacks, then ``extra``.
@@ -160,15 +243,12 @@ class ModelRunner:
         positions = torch.cat(
             [torch.arange(start, start + p, device=dev), start + p - 1 + depths.to(dev)]
         )
-        kwargs = {self._cache_kw: self.cache, "use_cache": True}
-        if self._can_trim_logits:
-            kwargs["logits_to_keep"] = n + 1
-        logits = self.model(
-            input_ids=torch.cat([pending, tokens]).unsqueeze(0),
+        logits = self._logits(
+            torch.cat([pending, tokens]).unsqueeze(0),
+            n + 1,
             attention_mask=allow[None, None],
             position_ids=positions.unsqueeze(0),
-            **kwargs,
-        ).logits[0, -(n + 1) :]
+        )[0, -(n + 1) :]
         self.cached_ids = torch.cat([self.cached_ids, pending[None], tokens[None]], dim=1)
         self.forwards += 1
         if self.trace is not None:
@@ -368,8 +448,10 @@ def load_model(
     return model.eval(), tokenizer
 
 
-def load_pair(target: ModelSpec, draft: ModelSpec | None, device: str = "cpu") -> LoadedPair:
-    """Load target (+ draft) and check they share one vocabulary."""
+def load_pair(
+    target: ModelSpec, draft: ModelSpec | None, device: str = "cpu", head: str = "auto"
+) -> LoadedPair:
+    """Load target (+ draft) and check they share one vocabulary. ``head``: see :func:`head_for`."""
     target_model, tokenizer = load_model(target, device)
     if tokenizer is None:
         raise ValueError("target: the target source provides no tokenizer")
@@ -377,8 +459,8 @@ def load_pair(target: ModelSpec, draft: ModelSpec | None, device: str = "cpu") -
     if draft is not None:
         draft_model, _ = load_model(draft, device)
         check_same_vocab(target_model, draft_model)
-        draft_runner = ModelRunner(draft_model, "draft")
-    return LoadedPair(ModelRunner(target_model, "target"), draft_runner, tokenizer)
+        draft_runner = ModelRunner(draft_model, "draft", head)
+    return LoadedPair(ModelRunner(target_model, "target", head), draft_runner, tokenizer)
 
 
 def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> None:

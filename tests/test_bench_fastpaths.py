@@ -101,3 +101,65 @@ def test_sparse_gumbel_top_k_is_without_replacement_and_unbiased() -> None:
     assert valid.sum() == 4 and torch.isin(idx[valid], support).all()
     idx, valid = sample_with_replacement(logp, 5, g)
     assert valid.all() and torch.isin(idx, support).all()
+
+
+# ---------------------------------------------------------------- the CPU logits head
+
+
+@pytest.fixture(scope="module")
+def wide_llama():
+    """A tiny Llama with a vocabulary large enough for ``head="auto"`` to pick the CPU head."""
+    from mtad.models import build_tiny_model
+
+    return build_tiny_model("llama", "target", vocab_size=8192, seed=3)
+
+
+def test_auto_head_choice(wide_llama, tiny_llama):
+    from mtad.models import CPUHeadLM, ModelRunner, head_for
+
+    assert isinstance(head_for(wide_llama, "auto"), CPUHeadLM)
+    assert head_for(wide_llama, "stock") is wide_llama
+    assert ModelRunner(tiny_llama[0]).head == "stock"  # vocabulary 320: not worth a copy
+    assert ModelRunner(tiny_llama[0], head="fast").head == "fast"
+    with pytest.raises(ValueError, match="head"):
+        head_for(wide_llama, "quick")
+
+
+def test_auto_head_keeps_stock_for_bf16():
+    from mtad.models import ModelRunner, build_tiny_model
+
+    model = build_tiny_model("llama", "target", vocab_size=8192, seed=3).to(torch.bfloat16)
+    assert ModelRunner(model).head == "stock"
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 40])
+def test_cpu_head_projection_matches_linear(wide_llama, rows):
+    """Both kernels (1 row: transposed copy; more: W @ x.T) give F.linear's logits up to
+    summation order, with the same shape and a contiguous result."""
+    from mtad.models import CPUHeadLM
+
+    head = CPUHeadLM(wide_llama)
+    hidden = torch.randn(1, rows, wide_llama.config.hidden_size)
+    got = head.project(hidden)
+    want = wide_llama.lm_head(hidden)
+    assert got.shape == want.shape and got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_head_greedy_tokens_equal_stock(wide_llama):
+    """Greedy AR and SpS give the same tokens through the CPU head as through the stock one."""
+    from mtad.engine import Decoder
+    from mtad.methods import build_method
+    from mtad.models import ModelRunner, build_tiny_model
+
+    draft = build_tiny_model("llama", "draft", vocab_size=8192, seed=3)
+    outs = {}
+    for head in ("stock", "fast"):
+        for name, params in (("ar", {}), ("sps", {"gamma": 3})):
+            dec = Decoder(
+                build_method(name, temperature=0.0, **params),
+                ModelRunner(wide_llama, head=head),
+                ModelRunner(draft, head=head) if name == "sps" else None,
+            )
+            outs[head, name] = dec.generate([5, 17, 300, 4000], 24).token_ids
+    assert outs["fast", "ar"] == outs["stock", "ar"] == outs["fast", "sps"] == outs["stock", "sps"]

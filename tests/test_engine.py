@@ -25,10 +25,16 @@ ALL_METHODS = {
 }
 
 
-def make_decoder(pair, name: str, seed: int = 0, eos=(), **overrides) -> Decoder:
+def make_decoder(pair, name: str, seed: int = 0, eos=(), head="auto", **overrides) -> Decoder:
     target, draft = pair
     params = {**ALL_METHODS[name], **overrides}
-    return Decoder(build_method(name, **params), ModelRunner(target), ModelRunner(draft), eos, seed)
+    return Decoder(
+        build_method(name, **params),
+        ModelRunner(target, head=head),
+        ModelRunner(draft, head=head),
+        eos,
+        seed,
+    )
 
 
 # ---------------------------------------------------------------- 1. SpS is exact
@@ -172,8 +178,23 @@ def test_greedy_sps_and_specinfer_equal_greedy_ar(family: str, tiny_llama, tiny_
 def test_cached_logits_equal_fresh_forward(name, temperature, family, tiny_llama, tiny_opt):
     """Every logit the engine used equals a no-cache forward over the same context (fp32,
     atol 1e-4), through rollbacks (partial acceptance) and beam reorders."""
+    check_cached_logits(name, temperature, family, "stock", tiny_llama, tiny_opt)
+
+
+@pytest.mark.parametrize("name", list(ALL_METHODS))
+@pytest.mark.parametrize("family", ["llama", "opt"])
+def test_fast_head_logits_equal_fresh_forward(name, family, tiny_llama, tiny_opt):
+    """The same with the CPU head forced on (mtad.models.CPUHeadLM): tree forwards, beam rows
+    and single rows all go through its two projection kernels."""
+    check_cached_logits(name, 1.0, family, "fast", tiny_llama, tiny_opt)
+
+
+def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -> None:
     pair = tiny_llama if family == "llama" else tiny_opt
-    decoder = make_decoder(pair, name, seed=5, temperature=temperature, top_k=0, top_p=1.0)
+    decoder = make_decoder(
+        pair, name, seed=5, head=head, temperature=temperature, top_k=0, top_p=1.0
+    )
+    assert decoder.target.head == head
     runners = [r for r in (decoder.target, decoder.draft) if r is not None]
     for r in runners:
         r.trace = []

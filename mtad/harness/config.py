@@ -89,8 +89,13 @@ class RuntimeConfig:
     seed: int = 0
     warmup_tokens: int = 8  # one untimed generation of this many tokens first; 0 = none
     progress: bool = True  # tqdm bar over prompts
+    # logits head: auto (CPU-friendly projection for float32 CPU models, see
+    # mtad.models.CPUHeadLM), stock (the model's own lm_head call) or fast (force)
+    head: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.head not in ("auto", "stock", "fast"):
+            raise ValueError(f"head must be auto, stock or fast, got {self.head!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         if self.warmup_tokens < 0:

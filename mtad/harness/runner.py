@@ -174,6 +174,7 @@ def run(cfg: DictConfig) -> RunOutcome:
             _sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)
         ]
         metrics = _metrics(prep, stats, scored.metrics, energy_block, records, overhead)
+        metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
         metrics["wandb"] = logger.info()
         _write(prep, records, metrics)
         logger.log_result(_wandb_summary(metrics), records)
@@ -215,7 +216,8 @@ def _load_pair(prep: Prepared) -> Any:
     from mtad.models import load_pair
 
     draft = prep.spec.draft if prep.method.uses_draft else None
-    return load_pair(prep.spec.target, draft, prep.spec.cfg.runtime.device)
+    rt = prep.spec.cfg.runtime
+    return load_pair(prep.spec.target, draft, rt.device, rt.head)
 
 
 def _generator(prep: Prepared, pair: Any) -> Any:
