@@ -110,20 +110,13 @@ def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     shape = logits.shape
     vocab = shape[-1]
     flat = logits.reshape(-1, vocab)
-    m = min(vocab, top_k + _TIE_SLACK)
-    vals, idx = _topk_rows(flat, m, top_k)  # sorted, descending
-    kth = vals[:, top_k - 1 : top_k]
-    if m < vocab and bool((vals[:, -1:] >= kth).any()):
+    found = _top_k_top_p_candidates(flat, top_k, top_p)
+    if found is None:
         return None
-    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
-    if top_p >= 1.0:
-        return torch.full_like(flat, NEG_INF).scatter_(-1, idx, top_k_vals).reshape(shape)
-    probs = top_k_vals.softmax(dim=-1)
-    drop = (probs.cumsum(dim=-1) - probs) >= top_p
-    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
-    straddle = tie.any(dim=-1)
-    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, top_k_vals.masked_fill(drop, NEG_INF))
-    if bool(straddle.any()):
+    idx, _, top_k_vals, kept, straddle = found
+    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept)
+    if straddle is not None and bool(straddle.any()):
+        m = idx.shape[-1]
         # The generic path's own sort, on the same top-k-masked rows, decides the order among
         # equal values; only the first m sorted entries can be finite.
         rows = straddle.nonzero().flatten()
@@ -174,6 +167,83 @@ def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch
     keys = torch.full(logscores.shape, NEG_INF, dtype=torch.float32)
     keys[live] = vals + gumbel_like(vals, generator)
     return keys
+
+
+def _top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tuple | None:
+    """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
+
+    Returns ``(idx, vals, top_k_vals, kept, straddle)``: candidate ids and values (descending),
+    the values with everything below the k-th at ``-inf``, the values after top-p too, and the
+    rows where equal values straddle the top-p cut (``None`` without top-p), whose kept set
+    depends on the order among equal values; ``None`` when ties at the k-th value overflow
+    the candidate window.
+    """
+    vocab = flat.shape[-1]
+    m = min(vocab, top_k + _TIE_SLACK)
+    vals, idx = _topk_rows(flat, m, top_k)  # sorted, descending
+    kth = vals[:, top_k - 1 : top_k]
+    if m < vocab and bool((vals[:, -1:] >= kth).any()):
+        return None
+    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
+    if top_p >= 1.0:
+        return idx, vals, top_k_vals, top_k_vals, None
+    probs = top_k_vals.softmax(dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) >= top_p
+    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
+    return idx, vals, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A warped next-token distribution per row as candidate tokens and their log-probabilities.
+
+    ``logp[..., j]`` is the warped log-probability of token ``tokens[..., j]``; tokens that are
+    not candidates have probability 0. Built by :func:`warp_candidates`: with top-k on the CPU
+    only a few dozen candidates of a 49k vocabulary are kept, so beam scoring, sampling and
+    lookups never touch vocabulary-wide rows; otherwise every token is a candidate (``dense``,
+    ``tokens`` an expanded ``arange``: no copy).
+    """
+
+    tokens: torch.Tensor  # [..., m] int64
+    logp: torch.Tensor  # [..., m] float32, -inf for candidates warping dropped
+    dense: bool
+
+    def logp_of(self, token: torch.Tensor) -> torch.Tensor:
+        """Log-probability of one token per row (``token`` ``[...]``; ``-inf`` if not kept)."""
+        if self.dense:
+            return self.logp.gather(-1, token[..., None]).squeeze(-1)
+        hit = self.tokens == token[..., None]
+        return torch.where(hit, self.logp, NEG_INF).amax(dim=-1)
+
+    def sample(self, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
+        """One token per row (Gumbel-max over the candidates; argmax when ``greedy``)."""
+        j = sample_from_logprobs(self.logp, generator, greedy)
+        return self.tokens.gather(-1, j[..., None]).squeeze(-1)
+
+
+def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
+    """:func:`warp_logprobs` as :class:`Candidates`: the same support and, up to the rounding
+    of the normaliser (a sum over the kept values instead of a whole row), the same values.
+
+    The sparse form applies on the CPU with top-k and no tie straddling the top-p cut (the
+    dense path settles those); anything else returns the dense distribution.
+    """
+    w = warp.scoring()
+    vocab = logits.shape[-1]
+    if logits.device.type == "cpu" and 0 < w.top_k < vocab:
+        x = logits.float()
+        if w.temperature != 1.0:
+            x = x / w.temperature
+        flat = x.reshape(-1, vocab)
+        found = _top_k_top_p_candidates(flat, w.top_k, w.top_p)
+        if found is not None and (found[4] is None or not bool(found[4].any())):
+            idx, kept = found[0], found[3]
+            logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+            shape = (*logits.shape[:-1], idx.shape[-1])
+            return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
+    logp = warp_logprobs(logits, warp)
+    tokens = torch.arange(vocab, device=logits.device).expand(logp.shape)
+    return Candidates(tokens, logp, dense=True)
 
 
 def _sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:

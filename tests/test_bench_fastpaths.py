@@ -13,12 +13,14 @@ import torch
 
 from mtad.warping import (
     NEG_INF,
+    Candidates,
     WarpConfig,
     _top_k_mask,
     _top_p_drop,
     sample_from_logprobs,
     sample_with_replacement,
     sample_without_replacement,
+    warp_candidates,
     warp_logprobs,
 )
 
@@ -101,6 +103,97 @@ def test_sparse_gumbel_top_k_is_without_replacement_and_unbiased() -> None:
     assert valid.sum() == 4 and torch.isin(idx[valid], support).all()
     idx, valid = sample_with_replacement(logp, 5, g)
     assert valid.all() and torch.isin(idx, support).all()
+
+
+# ---------------------------------------------------------------- sparse candidates
+
+
+def densify(c: Candidates, vocab: int) -> torch.Tensor:
+    out = torch.full((*c.logp.shape[:-1], vocab), NEG_INF)
+    return out.scatter(-1, c.tokens, c.logp)
+
+
+@pytest.mark.parametrize(
+    "warp",
+    [
+        WarpConfig(1.0, 10, 0.9),
+        WarpConfig(0.0, 10, 0.9),
+        WarpConfig(0.7, 4, 0.5),
+        WarpConfig(1.0, 10, 1.0),
+        WarpConfig(1.0, 1, 0.9),
+    ],
+)
+def test_warp_candidates_equal_dense_warp(warp: WarpConfig) -> None:
+    """Same support as :func:`warp_logprobs` and the same values up to the normaliser's
+    rounding, ties included (rows where ties straddle the top-p cut go the dense way)."""
+    g = torch.Generator().manual_seed(3)
+    sparse_rows = 0
+    for trial in range(40):
+        x = torch.randn(4, 3000, generator=g) * [0.5, 2.0, 6.0][trial % 3]
+        if trial % 2:
+            x = x.bfloat16()
+        c = warp_candidates(x, warp)
+        want = warp_logprobs(x, warp)
+        got = c.logp if c.dense else densify(c, x.shape[-1])
+        assert torch.equal(torch.isfinite(got), torch.isfinite(want)), trial
+        torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
+        sparse_rows += 0 if c.dense else 1
+        tok = torch.randint(0, x.shape[-1], (4,), generator=g)
+        tok[0] = want[0].argmax()
+        torch.testing.assert_close(c.logp_of(tok), want.gather(-1, tok[:, None]).squeeze(-1))
+    assert sparse_rows >= 20  # the sparse form is what mostly runs, not the fallback
+
+
+def test_warp_candidates_fall_back_to_dense() -> None:
+    x = torch.randn(2, 300)
+    assert warp_candidates(x, WarpConfig(1.0, 0, 0.9)).dense  # no top-k: whole vocabulary
+    assert warp_candidates(torch.zeros(1, 300), WarpConfig(1.0, 5, 0.8)).dense  # tie overflow
+    one = warp_candidates(x[0], WarpConfig(1.0, 8, 0.95))
+    assert not one.dense and one.tokens.shape == one.logp.shape and one.tokens.dim() == 1
+
+
+def test_candidate_sampling_matches_the_warped_distribution() -> None:
+    """Chi-square of 20,000 draws against exp(logp) (fixed seed, alpha 1e-3)."""
+    from statistics import NormalDist
+
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(4)) * 2
+    c = warp_candidates(x, WarpConfig(1.0, 12, 0.95))
+    p = warp_logprobs(x, WarpConfig(1.0, 12, 0.95)).exp()
+    g = torch.Generator().manual_seed(5)
+    n = 20_000
+    draws = torch.stack([c.sample(g) for _ in range(n)])
+    counts = torch.bincount(draws, minlength=1000).double()
+    assert counts[p == 0].sum() == 0  # never outside the support
+    live = p > 0
+    expected = p[live].double() * n
+    stat = float(((counts[live] - expected) ** 2 / expected).sum())
+    df = int(live.sum()) - 1
+    z = NormalDist().inv_cdf(1 - 1e-3)
+    crit = df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+    print(f"candidate sampling chi2 {stat:.1f} < {crit:.1f} (df {df})")
+    assert stat < crit
+
+
+@pytest.mark.parametrize("method", ["mtad", "mtjd"])
+def test_beam_draft_same_with_dense_candidates(method, tiny_llama, monkeypatch) -> None:
+    """Greedy beam drafting over sparse candidates equals drafting over the whole vocabulary."""
+    import mtad.methods.beam as beam
+    from mtad.engine import Decoder
+    from mtad.methods import build_method
+    from mtad.models import ModelRunner
+
+    def dense(logits, warp):
+        logp = warp_logprobs(logits, warp)
+        return Candidates(torch.arange(logp.shape[-1]).expand(logp.shape), logp, True)
+
+    def run() -> list[int]:
+        m = build_method(method, gamma=3, beam_width=4, temperature=0.0, top_k=6, top_p=0.9)
+        dec = Decoder(m, ModelRunner(tiny_llama[0]), ModelRunner(tiny_llama[1]))
+        return dec.generate([3, 30, 60, 90], 24).token_ids
+
+    sparse_out = run()
+    monkeypatch.setattr(beam, "warp_candidates", dense)
+    assert run() == sparse_out
 
 
 # ---------------------------------------------------------------- the CPU logits head

@@ -25,7 +25,7 @@ from mtad.warping import (
     WarpConfig,
     sample_with_replacement,
     sample_without_replacement,
-    warp_logprobs,
+    warp_candidates,
 )
 
 
@@ -67,24 +67,28 @@ def beam_sample(
     """
     greedy = warp.greedy
     pick = sample_with_replacement if replacement else sample_without_replacement
-    logq0 = warp_logprobs(runner.feed(ids)[0, -1], warp)  # [V]
-    tok, valid = pick(logq0, beam_width, generator, greedy)  # [B']
-    width = tok.shape[0]  # min(B, V)
-    logq = logq0[tok].unsqueeze(1)  # [B, 1]
-    logw = renormalise(torch.where(valid, logq0[tok], NEG_INF))
+    # Each step's warped q as candidates (a few dozen per row on the CPU with top-k, else the
+    # whole vocabulary): pairs are scored, drawn and looked up among candidates only.
+    first = warp_candidates(runner.feed(ids)[0, -1], warp)  # [m]
+    j, valid = pick(first.logp, beam_width, generator, greedy)  # [B']
+    width = j.shape[0]  # min(B, m)
+    tok = first.tokens[j]
+    logq = first.logp[j].unsqueeze(1)  # [B, 1]
+    logw = renormalise(torch.where(valid, first.logp[j], NEG_INF))
     tokens = tok.unsqueeze(1)
     parents = [torch.zeros(width, dtype=torch.long, device=tok.device)]
     picks = [tok]
     joints = [logq.sum(dim=1)]
     runner.repeat_rows(width)
-    vocab = logq0.shape[-1]
     for _ in range(1, gamma):
-        step_logq = warp_logprobs(runner.forward(tokens[:, -1:])[:, -1], warp)  # [B, V]
-        scores = (logw[:, None] + step_logq).flatten()
+        step = warp_candidates(runner.forward(tokens[:, -1:])[:, -1], warp)  # [B, m]
+        m = step.logp.shape[-1]
+        scores = (logw[:, None] + step.logp).flatten()
         flat, valid = pick(scores, width, generator, greedy)
-        parent, tok = flat // vocab, flat % vocab
+        parent, slot = flat // m, flat % m
+        tok = step.tokens[parent, slot]
         tokens = torch.cat([tokens[parent], tok[:, None]], dim=1)
-        logq = torch.cat([logq[parent], step_logq[parent, tok][:, None]], dim=1)
+        logq = torch.cat([logq[parent], step.logp[parent, slot][:, None]], dim=1)
         logw = renormalise(torch.where(valid, scores[flat], NEG_INF))
         parents.append(parent)
         picks.append(tok)

@@ -20,7 +20,7 @@ import torch
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau
-from mtad.warping import sample_from_logprobs, warp_logprobs
+from mtad.warping import Candidates, warp_candidates
 
 
 @dataclass
@@ -49,12 +49,16 @@ def accept_longest_prefix(log_ratios: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 def verify_block(
-    logp: torch.Tensor, x: torch.Tensor, logq_x: torch.Tensor, tau: float
+    logp: torch.Tensor | Candidates, x: torch.Tensor, logq_x: torch.Tensor, tau: float
 ) -> torch.Tensor:
-    """Accepted length ``k`` (0-d tensor) for drafted ``x`` ``[g]`` given warped target
-    log-probs ``logp`` ``[g (+1), V]`` and the draft's per-token ``logq_x`` ``[g]``."""
+    """Accepted length ``k`` (0-d tensor) for drafted ``x`` ``[g]`` given the warped target
+    ``logp`` (``[g (+1), V]`` log-probs, or :class:`~mtad.warping.Candidates` rows) and the
+    draft's per-token ``logq_x`` ``[g]``."""
     g = x.shape[0]
-    logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
+    if isinstance(logp, Candidates):
+        logp_x = Candidates(logp.tokens[:g], logp.logp[:g], logp.dense).logp_of(x)
+    else:
+        logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
     return accept_longest_prefix(joint_log_ratios(logp_x, logq_x), tau)
 
 
@@ -79,9 +83,10 @@ class MTAD(DecodingMethod):
             ctx.draft.select_rows(best.view(1))
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
-            logp = warp_logprobs(logits, prm.warp)  # [g + 1, V]
+            logp = warp_candidates(logits, prm.warp)  # g + 1 rows
             k = int(verify_block(logp, x, logq_x, prm.tau))  # the one host sync of the iteration
-            next_token = sample_from_logprobs(logp[k], ctx.generator, prm.greedy)
+            row = Candidates(logp.tokens[k], logp.logp[k], logp.dense)
+            next_token = row.sample(ctx.generator, prm.greedy)
             tokens = torch.cat([x[:k], next_token.view(1)])
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
