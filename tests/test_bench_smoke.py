@@ -64,3 +64,35 @@ def test_vs_authors_tiny(capsys) -> None:
     sides = vs_authors.main([*TINY, "--authors-repo", repo, "--authors-python", python])
     assert sides["ours"]["tokens"] > 0 and sides["authors"]["tokens"] > 0
     assert "BatchMTADStrategy" in capsys.readouterr().out
+
+
+def test_lm_head_bench_prints_every_kernel(capsys) -> None:
+    from bench import lm_head
+
+    lm_head.main(["--rows", "1,3", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert "F.linear" in out and "(W @ x.T).T" in out
+    assert out.count("49152x576") == 2 and out.count("49152x256") == 2
+
+
+def test_forward_clock_sees_our_cpu_head() -> None:
+    """The clock wraps what our runners call (CPUHeadLM), so forwards are not overhead."""
+    import torch
+
+    from bench.common import BenchPair, pair_clock
+    from mtad.models import LoadedPair, ModelRunner, build_tiny_model, build_tiny_tokenizer
+
+    runner = ModelRunner(build_tiny_model("llama", "target"), "target", head="fast")
+    clock = pair_clock(
+        BenchPair(
+            LoadedPair(runner, None, build_tiny_tokenizer()),
+            "tiny",
+            None,
+            False,
+            "float32",
+            "float32",
+        )
+    )
+    runner.feed(torch.tensor([1, 2, 3]))
+    assert clock.calls["target"] == 1 and clock.seconds["target"] > 0
+    clock.remove()
