@@ -59,6 +59,7 @@ HEAD_MODES = ("auto", "stock", "fast")
 # scaling or soft-capping): the only ones :class:`CPUHeadLM` may stand in for.
 PLAIN_HEAD_ARCHS = ("LlamaForCausalLM", "OPTForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 FAST_HEAD_MIN_VOCAB = 8192
+FAST_HEAD_MAX_ROWS = 10  # beyond this, sgemm's own blocking wins again (bench/lm_head.py)
 
 
 class CPUHeadLM(torch.nn.Module):
@@ -70,9 +71,17 @@ class CPUHeadLM(torch.nn.Module):
     1 row took 18.9 ms and 5 rows 52 ms, while ``x @ W.T.contiguous()`` took 9.3 ms for one row
     and ``(W @ x.T).T`` 26-32 ms for five (and was fastest for every size from 2 to 128 rows).
     That head is a fifth of a target forward and most of a draft forward, so the choice matters.
+    From ~16 rows on (prefill, large trees) ``F.linear`` is faster again and is used.
     Same arithmetic, different summation order: logits agree with the stock head to ~1e-6
     relative. The transposed copy costs one extra head's worth of memory (made on first use).
     """
+
+    @staticmethod
+    def kernel_for(rows: int) -> str:
+        """``copy`` (x @ W.T made contiguous once), ``w_xt`` ((W @ x.T).T) or ``linear``."""
+        if rows == 1:
+            return "copy"
+        return "w_xt" if rows <= FAST_HEAD_MAX_ROWS else "linear"
 
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
@@ -82,12 +91,15 @@ class CPUHeadLM(torch.nn.Module):
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.lm.get_output_embeddings().weight
         x = hidden.reshape(-1, hidden.shape[-1])
-        if x.shape[0] == 1:
+        kernel = self.kernel_for(x.shape[0])
+        if kernel == "copy":
             if self._wt is None or self._wt.shape != weight.T.shape:
                 self._wt = weight.detach().T.contiguous()
             out = x @ self._wt
-        else:
+        elif kernel == "w_xt":
             out = (weight @ x.T).T.contiguous()
+        else:
+            out = torch.nn.functional.linear(x, weight)
         return out.view(*hidden.shape[:-1], out.shape[-1])
 
     def forward(self, input_ids: torch.Tensor, logits_to_keep: int = 0, **kwargs: Any):
