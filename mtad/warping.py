@@ -215,6 +215,34 @@ class Candidates:
         hit = self.tokens == token[..., None]
         return torch.where(hit, self.logp, NEG_INF).amax(dim=-1)
 
+    def row(self, i: int) -> Candidates:
+        return Candidates(self.tokens[i], self.logp[i], self.dense)
+
+    def lookup(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of any ``tokens`` under a one-row distribution (``-inf`` if not
+        kept)."""
+        if self.dense:
+            return self.logp[tokens]
+        hit = self.tokens == tokens[..., None]
+        return torch.where(hit, self.logp, NEG_INF).amax(dim=-1)
+
+    def to_dense(self, vocab: int) -> torch.Tensor:
+        """The vocabulary-wide log-probability rows (``-inf`` off the candidates)."""
+        if self.dense:
+            return self.logp
+        out = torch.full((*self.logp.shape[:-1], vocab), NEG_INF, device=self.logp.device)
+        return out.scatter_(-1, self.tokens, self.logp)
+
+    @staticmethod
+    def stack(rows: list[Candidates], vocab: int) -> Candidates:
+        """One-row distributions stacked into rows (dense if any row is, or widths differ)."""
+        if all(not r.dense for r in rows) and len({r.logp.shape[-1] for r in rows}) == 1:
+            return Candidates(
+                torch.stack([r.tokens for r in rows]), torch.stack([r.logp for r in rows]), False
+            )
+        logp = torch.stack([r.to_dense(vocab) for r in rows])
+        return Candidates(torch.arange(vocab, device=logp.device).expand(logp.shape), logp, True)
+
     def sample(self, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
         """One token per row (Gumbel-max over the candidates; argmax when ``greedy``)."""
         j = sample_from_logprobs(self.logp, generator, greedy)

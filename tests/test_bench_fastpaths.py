@@ -256,3 +256,22 @@ def test_cpu_head_greedy_tokens_equal_stock(wide_llama):
             )
             outs[head, name] = dec.generate([5, 17, 300, 4000], 24).token_ids
     assert outs["fast", "ar"] == outs["stock", "ar"] == outs["fast", "sps"] == outs["stock", "sps"]
+
+
+def test_residual_on_candidates_equals_dense_residual() -> None:
+    """SpS's residual norm(max(0, p - q)) computed on p's candidates equals the dense one,
+    for sparse and dense q, and the SpS exactness test's setting does take the sparse path."""
+    from mtad.methods.sps import residual_candidates, residual_logprobs
+
+    warp = WarpConfig(1.0, 10, 0.9)
+    g = torch.Generator().manual_seed(6)
+    for _ in range(20):
+        lp, lq = torch.randn(2, 500, generator=g) * 2
+        p, q = warp_candidates(lp, warp), warp_candidates(lq, warp)
+        assert not p.dense and not q.dense
+        want = residual_logprobs(warp_logprobs(lp, warp), warp_logprobs(lq, warp))
+        for qq in (q, Candidates(torch.arange(500), warp_logprobs(lq, warp), True)):
+            got = residual_candidates(p, qq).to_dense(500)
+            assert torch.equal(torch.isfinite(got), torch.isfinite(want))
+            torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
+    assert not warp_candidates(torch.randn(8), WarpConfig(1.0, 6, 0.95)).dense

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams
-from mtad.warping import sample_from_logprobs, warp_logprobs
+from mtad.warping import warp_candidates
 
 
 @dataclass
@@ -26,5 +26,5 @@ class AutoregressiveSampling(DecodingMethod):
             if self.params.greedy:  # warping keeps the argmax
                 token = logits.argmax(dim=-1)
             else:
-                token = sample_from_logprobs(warp_logprobs(logits, self.params.warp), ctx.generator)
+                token = warp_candidates(logits, self.params.warp).sample(ctx.generator)
         return StepResult(token.view(1), drafted=0, accepted=0)

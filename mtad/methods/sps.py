@@ -17,7 +17,7 @@ import torch
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.models import ModelRunner
-from mtad.warping import NEG_INF, WarpConfig, sample_from_logprobs, warp_logprobs
+from mtad.warping import NEG_INF, Candidates, WarpConfig, warp_candidates
 
 
 @dataclass
@@ -35,26 +35,27 @@ def draft_tokens(
     gamma: int,
     warp: WarpConfig,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample ``gamma`` tokens autoregressively from the draft: ``(tokens [g], logq [g, V])``.
+) -> tuple[torch.Tensor, Candidates | None]:
+    """Sample ``gamma`` tokens autoregressively from the draft: ``(tokens [g], q)`` with ``q``
+    the warped draft distributions, one row per drafted position (:class:`Candidates`).
 
     Greedy drafting takes the argmax of the raw logits (warping keeps the argmax) and returns
-    ``logq`` as ``None``: greedy verification never reads it.
+    ``q`` as ``None``: greedy verification never reads it.
     """
     greedy = warp.greedy
     logits = draft.feed(ids)[0, -1]
-    tokens, logqs = [], []
+    tokens, qs = [], []
     for i in range(gamma):
         if greedy:
             tok = logits.argmax(dim=-1)
         else:
-            logq = warp_logprobs(logits, warp)
-            tok = sample_from_logprobs(logq, generator)
-            logqs.append(logq)
+            q = warp_candidates(logits, warp)
+            tok = q.sample(generator)
+            qs.append(q)
         tokens.append(tok)
         if i + 1 < gamma:
             logits = draft.forward(tok.view(1, 1))[0, -1]
-    return torch.stack(tokens), (torch.stack(logqs) if logqs else None)
+    return torch.stack(tokens), (Candidates.stack(qs, logits.shape[-1]) if qs else None)
 
 
 def speculative_accept(
@@ -63,6 +64,13 @@ def speculative_accept(
     """Per-token acceptance ``u < p(x) / q(x)`` with ``u ~ U(0, 1)``, in log space."""
     u = torch.rand(logp_x.shape, generator=generator, device=logp_x.device)
     return torch.log(u) < logp_x - logq_x
+
+
+def residual_candidates(p: Candidates, q: Candidates) -> Candidates:
+    """The residual ``norm(max(0, p - q))`` of one row as candidates: it lives on p's
+    candidates, so only q's log-probabilities at those tokens are needed."""
+    logq_at = q.logp if (p.dense and q.dense) else q.lookup(p.tokens)
+    return Candidates(p.tokens, residual_logprobs(p.logp, logq_at), p.dense)
 
 
 def residual_logprobs(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -95,7 +103,7 @@ class SpeculativeSampling(DecodingMethod):
         g, warp, greedy = self.params.gamma, self.params.warp, self.params.greedy
         assert ctx.draft is not None
         with ctx.timed("draft"):
-            x, logq = draft_tokens(ctx.draft, ctx.ids, g, warp, ctx.generator)
+            x, q = draft_tokens(ctx.draft, ctx.ids, g, warp, ctx.generator)
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
             if greedy:  # warping keeps the argmax: compare with the raw logits' argmax
@@ -103,15 +111,16 @@ class SpeculativeSampling(DecodingMethod):
                 k = int(leading_true_count(x == target_argmax[:g]))  # the one host sync
                 next_token = target_argmax[k : k + 1]
             else:
-                logp = warp_logprobs(logits, warp)  # [g + 1, V]
-                logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
-                logq_x = logq.gather(1, x[:, None]).squeeze(1)
+                assert q is not None
+                p = warp_candidates(logits, warp)  # g + 1 rows
+                logp_x = Candidates(p.tokens[:g], p.logp[:g], p.dense).logp_of(x)
+                logq_x = q.logp_of(x)
                 accept = self.accept_rule(logp_x, logq_x, ctx.generator)
                 k = int(leading_true_count(accept))  # the one host sync of the iteration
                 # The next token: residual norm(max(0, p - q)) at a rejection, plain target at
                 # the bonus position -- computed for the one row the accepted length picks.
-                dist = residual_logprobs(logp[k], logq[k]) if k < g else logp[g]
-                next_token = sample_from_logprobs(dist, ctx.generator).view(1)
+                dist = residual_candidates(p.row(k), q.row(k)) if k < g else p.row(g)
+                next_token = dist.sample(ctx.generator).view(1)
             tokens = torch.cat([x[:k], next_token])
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
