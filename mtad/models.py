@@ -128,13 +128,11 @@ def head_for(model: PreTrainedModel, mode: str = "auto") -> torch.nn.Module:
         if not plain:
             raise ValueError(f"head: 'fast' needs one of {PLAIN_HEAD_ARCHS} with a bias-free head")
         return CPUHeadLM(model)
-    weight = head.weight if isinstance(head, torch.nn.Linear) else None
     if (
         plain
-        and weight is not None
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and weight.shape[0] >= FAST_HEAD_MIN_VOCAB
+        and head.weight.device.type == "cpu"
+        and head.weight.dtype == torch.float32
+        and head.weight.shape[0] >= FAST_HEAD_MIN_VOCAB
     ):
         return CPUHeadLM(model)
     return model

@@ -113,7 +113,7 @@ def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     found = _top_k_top_p_candidates(flat, top_k, top_p)
     if found is None:
         return None
-    idx, _, top_k_vals, kept, straddle = found
+    idx, top_k_vals, kept, straddle = found
     out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept)
     if straddle is not None and bool(straddle.any()):
         m = idx.shape[-1]
@@ -172,8 +172,8 @@ def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch
 def _top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tuple | None:
     """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
 
-    Returns ``(idx, vals, top_k_vals, kept, straddle)``: candidate ids and values (descending),
-    the values with everything below the k-th at ``-inf``, the values after top-p too, and the
+    Returns ``(idx, top_k_vals, kept, straddle)``: candidate ids (by descending value), their
+    values with everything below the k-th at ``-inf``, the values after top-p too, and the
     rows where equal values straddle the top-p cut (``None`` without top-p), whose kept set
     depends on the order among equal values; ``None`` when ties at the k-th value overflow
     the candidate window.
@@ -186,11 +186,11 @@ def _top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tup
         return None
     top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
     if top_p >= 1.0:
-        return idx, vals, top_k_vals, top_k_vals, None
+        return idx, top_k_vals, top_k_vals, None
     probs = top_k_vals.softmax(dim=-1)
     drop = (probs.cumsum(dim=-1) - probs) >= top_p
     tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
-    return idx, vals, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
+    return idx, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
 
 
 @dataclass(frozen=True)
@@ -208,23 +208,27 @@ class Candidates:
     logp: torch.Tensor  # [..., m] float32, -inf for candidates warping dropped
     dense: bool
 
+    def __getitem__(self, rows: int | slice) -> Candidates:
+        """Some rows (indexing the leading dimensions), e.g. ``c[k]`` or ``c[:g]``."""
+        return Candidates(self.tokens[rows], self.logp[rows], self.dense)
+
+    def _matched(self, tokens: torch.Tensor) -> torch.Tensor:
+        # log-probability of each entry of ``tokens [..., 1]`` among the candidates broadcast
+        # against it; -inf where it is not a kept candidate
+        return torch.where(self.tokens == tokens, self.logp, NEG_INF).amax(dim=-1)
+
     def logp_of(self, token: torch.Tensor) -> torch.Tensor:
         """Log-probability of one token per row (``token`` ``[...]``; ``-inf`` if not kept)."""
         if self.dense:
             return self.logp.gather(-1, token[..., None]).squeeze(-1)
-        hit = self.tokens == token[..., None]
-        return torch.where(hit, self.logp, NEG_INF).amax(dim=-1)
-
-    def row(self, i: int) -> Candidates:
-        return Candidates(self.tokens[i], self.logp[i], self.dense)
+        return self._matched(token[..., None])
 
     def lookup(self, tokens: torch.Tensor) -> torch.Tensor:
         """Log-probabilities of any ``tokens`` under a one-row distribution (``-inf`` if not
         kept)."""
         if self.dense:
             return self.logp[tokens]
-        hit = self.tokens == tokens[..., None]
-        return torch.where(hit, self.logp, NEG_INF).amax(dim=-1)
+        return self._matched(tokens[..., None])
 
     def to_dense(self, vocab: int) -> torch.Tensor:
         """The vocabulary-wide log-probability rows (``-inf`` off the candidates)."""
@@ -264,11 +268,12 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
             x = x / w.temperature
         flat = x.reshape(-1, vocab)
         found = _top_k_top_p_candidates(flat, w.top_k, w.top_p)
-        if found is not None and (found[4] is None or not bool(found[4].any())):
-            idx, kept = found[0], found[3]
-            logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
-            shape = (*logits.shape[:-1], idx.shape[-1])
-            return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
+        if found is not None:
+            idx, _, kept, straddle = found
+            if straddle is None or not bool(straddle.any()):
+                logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+                shape = (*logits.shape[:-1], idx.shape[-1])
+                return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
     logp = warp_logprobs(logits, warp)
     tokens = torch.arange(vocab, device=logits.device).expand(logp.shape)
     return Candidates(tokens, logp, dense=True)

@@ -108,11 +108,6 @@ def test_sparse_gumbel_top_k_is_without_replacement_and_unbiased() -> None:
 # ---------------------------------------------------------------- sparse candidates
 
 
-def densify(c: Candidates, vocab: int) -> torch.Tensor:
-    out = torch.full((*c.logp.shape[:-1], vocab), NEG_INF)
-    return out.scatter(-1, c.tokens, c.logp)
-
-
 @pytest.mark.parametrize(
     "warp",
     [
@@ -134,7 +129,7 @@ def test_warp_candidates_equal_dense_warp(warp: WarpConfig) -> None:
             x = x.bfloat16()
         c = warp_candidates(x, warp)
         want = warp_logprobs(x, warp)
-        got = c.logp if c.dense else densify(c, x.shape[-1])
+        got = c.to_dense(x.shape[-1])
         assert torch.equal(torch.isfinite(got), torch.isfinite(want)), trial
         torch.testing.assert_close(got, want, rtol=0, atol=2e-6)
         sparse_rows += 0 if c.dense else 1

@@ -56,7 +56,7 @@ def verify_block(
     draft's per-token ``logq_x`` ``[g]``."""
     g = x.shape[0]
     if isinstance(logp, Candidates):
-        logp_x = Candidates(logp.tokens[:g], logp.logp[:g], logp.dense).logp_of(x)
+        logp_x = logp[:g].logp_of(x)
     else:
         logp_x = logp[:g].gather(1, x[:, None]).squeeze(1)
     return accept_longest_prefix(joint_log_ratios(logp_x, logq_x), tau)
@@ -85,8 +85,7 @@ class MTAD(DecodingMethod):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
             logp = warp_candidates(logits, prm.warp)  # g + 1 rows
             k = int(verify_block(logp, x, logq_x, prm.tau))  # the one host sync of the iteration
-            row = Candidates(logp.tokens[k], logp.logp[k], logp.dense)
-            next_token = row.sample(ctx.generator, prm.greedy)
+            next_token = logp[k].sample(ctx.generator, prm.greedy)
             tokens = torch.cat([x[:k], next_token.view(1)])
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)

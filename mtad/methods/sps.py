@@ -113,13 +113,13 @@ class SpeculativeSampling(DecodingMethod):
             else:
                 assert q is not None
                 p = warp_candidates(logits, warp)  # g + 1 rows
-                logp_x = Candidates(p.tokens[:g], p.logp[:g], p.dense).logp_of(x)
+                logp_x = p[:g].logp_of(x)
                 logq_x = q.logp_of(x)
                 accept = self.accept_rule(logp_x, logq_x, ctx.generator)
                 k = int(leading_true_count(accept))  # the one host sync of the iteration
                 # The next token: residual norm(max(0, p - q)) at a rejection, plain target at
                 # the bonus position -- computed for the one row the accepted length picks.
-                dist = residual_candidates(p.row(k), q.row(k)) if k < g else p.row(g)
+                dist = residual_candidates(p[k], q[k]) if k < g else p[g]
                 next_token = dist.sample(ctx.generator).view(1)
             tokens = torch.cat([x[:k], next_token])
             ctx.target.crop(ctx.n + k)
