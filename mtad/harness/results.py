@@ -155,6 +155,27 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def hardware_identity(device: str) -> dict[str, Any]:
+    """``device_kind`` (cpu / cuda / mps), ``gpu_model`` and ``gpu_count`` (the GPUs this process
+    sees when the run uses them; None / 0 on the CPU) and ``cpu_model``: the keys that make two
+    runs' timings comparable."""
+    import torch
+
+    kind = str(device).split(":", 1)[0]
+    gpu_model: str | None = None
+    gpu_count = 0
+    if kind == "cuda" and torch.cuda.is_available():
+        gpu_count = torch.cuda.device_count()
+        names = sorted({torch.cuda.get_device_name(i) for i in range(gpu_count)})
+        gpu_model = "+".join(names)
+    return {
+        "device_kind": kind,
+        "gpu_model": gpu_model,
+        "gpu_count": gpu_count,
+        "cpu_model": _cpu_model(),
+    }
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -34,6 +34,7 @@ from mtad.harness.results import (
     METRICS_FILE,
     SAMPLES_FILE,
     environment,
+    hardware_identity,
     is_complete,
     result_dir,
     write_atomic,
@@ -336,6 +337,9 @@ def _metrics(
         "task": prep.spec.task_name,
         "seed": rc.runtime.seed,
         "device": rc.runtime.device,
+        # What a ratio may be taken across: runs on other hardware never share a ratio
+        # (mtad.harness.tables.GROUP_KEYS).
+        **hardware_identity(rc.runtime.device),
         "threads": torch.get_num_threads(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "params": dict(prep.spec.method_params),

@@ -15,8 +15,18 @@ import pandas as pd
 
 from mtad.harness.results import METRICS_FILE
 
-# Runs are compared only within a group sharing these columns.
-GROUP_KEYS: tuple[str, ...] = ("study", "pair", "task", "seed", "device")
+# Runs are compared only within a group sharing these columns: same study, pair, task and
+# seed (same prompts), and the same hardware (device kind, GPU model and count, CPU model).
+GROUP_KEYS: tuple[str, ...] = (
+    "study",
+    "pair",
+    "task",
+    "seed",
+    "device",
+    "gpu_model",
+    "gpu_count",
+    "cpu_model",
+)
 
 
 def load_runs(metrics_files: Iterable[Path]) -> pd.DataFrame:
