@@ -60,7 +60,8 @@ def run_labels(df: pd.DataFrame) -> list[str]:
     labels = []
     for _, row in df.iterrows():
         same = df[df["method"] == row["method"]]
-        varying = [c for c in param_cols if same[c].nunique(dropna=True) > 1]
+        # as text: list-valued params (specinfer's branching) are unhashable
+        varying = [c for c in param_cols if same[c].dropna().astype(str).nunique() > 1]
         inner = ",".join(f"{c.removeprefix('params.')}={_fmt(row[c])}" for c in varying)
         labels.append(f"{row['method']}({inner})" if inner else str(row["method"]))
     return labels
@@ -80,9 +81,12 @@ def _baseline_ratio(
     if column not in df.columns:
         return pd.Series(float("nan"), index=df.index)
     keys = [k for k in keys if k in df.columns]
-    base = df[df["method"] == baseline].groupby(keys, dropna=False)[column].mean()
+    # Keys as text: a key that is None for every run (gpu_model on a CPU) would otherwise
+    # merge an object column against the float column groupby makes of it.
+    frame = df[keys + [column]].astype({k: str for k in keys})
+    base = frame[df["method"] == baseline].groupby(keys, dropna=False)[column].mean()
     base = base.rename("_base").reset_index()
-    merged = df[keys + [column]].merge(base, on=keys, how="left")
+    merged = frame.merge(base, on=keys, how="left")
     merged.index = df.index
     if higher_is_better:
         return merged[column] / merged["_base"]
