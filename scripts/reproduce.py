@@ -63,7 +63,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--publish", action="store_true", help="save the W&B report (W&B online) and print its URL"
     )
     parser.add_argument("--export", type=Path, help="copy the rendering (no samples) here")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     # Positional words with "=" (or starting with "+"/"~") are Hydra overrides.
     words = args.recipes
     args.overrides = [w for w in words if "=" in w or w.startswith(("+", "~"))]
