@@ -557,5 +557,35 @@ def test_publish_needs_online_mode(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "report" / "report.json").is_file()  # written before publishing
 
 
+def test_publish_without_login_says_what_to_do(tmp_path: Path) -> None:
+    """Online but not logged in: one PublishError line that names ``wandb login``, and no
+    connection attempted (no key, so nothing to send)."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_paper_wandb import synthetic_rendered\n"
+        "from mtad.paper.wandb_publish import PublishError, publish_report\n"
+        "try:\n"
+        f"    publish_report(synthetic_rendered(Path({str(tmp_path)!r})), mode='online')\n"
+        "except PublishError as err:\n"
+        "    print('PublishError:', err)\n"
+    )
+    home = tmp_path / "home"  # no ~/.netrc, no W&B settings
+    home.mkdir()
+    with connection_counter() as counter:
+        env = _proxy_env(counter["port"])
+        env.pop("WANDB_API_KEY", None)
+        env.update(HOME=str(home), PYTHONPATH=str(ROOT), WANDB_CONFIG_DIR=str(home / "wandb"))
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, timeout=120, capture_output=True, text=True
+        )
+        time.sleep(0.2)
+        requests = list(counter["requests"])
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("PublishError:")]
+    assert len(lines) == 1 and "wandb login" in lines[0], proc.stdout + proc.stderr[-2000:]
+    assert requests == []
+
+
 if __name__ == "__main__":
     _main(Path(sys.argv[1]), Path(sys.argv[2]))

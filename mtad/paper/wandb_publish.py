@@ -793,7 +793,12 @@ def publish_report(
     if not entity:
         raise PublishError("W&B returned no default entity: set logger.entity and rerun")
     report = build_report(rendered, project=project, entity=entity, main_table=main_table)
-    report.save()
+    try:
+        report.save()
+    except ValueError as err:  # a run set's project is looked up first: not there until synced
+        raise PublishError(
+            f"{err} -- sync the runs first (see {REPORT_DIR}/{PUBLISH_FILE}), then rerun"
+        ) from err
     return str(report.url)
 
 
