@@ -30,9 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: the repository's packages
 
+from mtad.paper import wandb_publish  # noqa: E402
 from mtad.paper.plan import Plan, describe, make_plan  # noqa: E402
 from mtad.paper.recipes import PROFILES, RecipeError  # noqa: E402
 from mtad.paper.render import render  # noqa: E402
+from mtad.paper.rendered import Rendered  # noqa: E402
 from mtad.paper.status import hydra_composer  # noqa: E402
 
 EXIT_USAGE = 2
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{out_dir}/paper.md"
     )
     if not args.no_wandb:
-        publish_wandb(rendered, args.publish)
+        publish_wandb(rendered, out_dir, args.publish)
     if args.export:
         export(out_dir, args.export, command, plan)
     failed = plan.counts()["failed"] + plan.counts()["missing"]
@@ -145,14 +147,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if launched_ok and (not failed or args.render_only) else 1
 
 
-def publish_wandb(rendered: object, publish: bool) -> None:
-    """The W&B analysis run and report (mtad.paper.wandb_publish)."""
+def publish_wandb(rendered: Rendered, out_dir: Path, publish: bool) -> None:
+    """The study's W&B analysis run (tables, figures, ratios) and its report definition under
+    ``report/``; ``publish`` saves the report when W&B is online (mtad.paper.wandb_publish)."""
+    analysis = wandb_publish.log_analysis_run(rendered, dir=str(out_dir))
     try:
-        from mtad.paper import wandb_publish
-    except ImportError:  # pragma: no cover - merged separately
-        print("W&B publishing is not available in this checkout")
-        return
-    wandb_publish.publish(rendered, publish=publish)
+        info = wandb_publish.write_report(
+            rendered, publish=publish, wandb_dir=str(out_dir), analysis=analysis
+        )
+    except wandb_publish.PublishError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from err
+    print(f"W&B analysis run {analysis['id']} ({analysis['mode']}) -> {analysis['dir']}")
+    print(f"report definition -> {info['definition']}" + (f"; published: {info['url']}"
+                                                          if info.get("url") else ""))
 
 
 def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
