@@ -79,7 +79,7 @@ def test_experiment_prints_full_config_without_loading() -> None:
     cfg = OmegaConf.create(out.stdout)
     assert cfg.pair.target.path == "meta-llama/Llama-2-70b-hf"
     assert cfg.pair.draft.path == "meta-llama/Llama-2-7b-hf"
-    assert cfg.method.tau == 0.5 and cfg.results.study == "llama70b"
+    assert cfg.method.tau == 0.5 and cfg.results.study == "paper"
 
 
 @pytest.mark.parametrize("name", names("sweep"))
