@@ -75,6 +75,26 @@ def test_merge_overrides_keeps_one_value_per_key() -> None:
     assert merged == ("experiment=b", "task.limit=3")
 
 
+def test_cached_composition_equals_hydra_composition() -> None:
+    """The planner composes each group-choice set once and applies value overrides itself;
+    the result must be what Hydra composes from the full override list."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from mtad.paper.status import CONF, hydra_composer
+
+    runs = expand(load_recipe("ablation_tau"), load_profile("cpu"), user_overrides=["task.limit=3"])
+    runs += expand(load_recipe("main"), load_profile("paper"), pairs=["opt_13b"])[:6]
+    with hydra_composer() as cached:
+        mine = [OmegaConf.to_container(cached(r.overrides), resolve=True) for r in runs]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        direct = [
+            OmegaConf.to_container(compose("config", overrides=list(r.overrides)), resolve=True)
+            for r in runs
+        ]
+    assert mine == direct
+
+
 def test_unknown_recipe_and_profile_are_one_line_errors() -> None:
     with pytest.raises(RecipeError, match="unknown recipe 'nope'; choose from all, "):
         load_recipe("nope")

@@ -60,9 +60,11 @@ class RecipeSweeper(Sweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         from mtad.paper.plan import describe, make_plan
+        from mtad.paper.status import CachedComposer
 
         assert self.config is not None and self.launcher is not None
-        plan = make_plan(self.recipes, self.profile, self._compose, self.pairs, arguments)
+        compose = CachedComposer(self._compose)
+        plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
         print(describe(plan, verbose=self.dry_run), flush=True)
         not_run = sorted({s.reason for s in plan.status.values() if s.state == "not_run"})
         for reason in not_run:

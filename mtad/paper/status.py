@@ -74,7 +74,39 @@ def hydra_composer(conf_dir: Path = CONF) -> Iterator[Composer]:
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        yield lambda overrides: compose("config", overrides=list(overrides))
+        yield CachedComposer(lambda overrides: compose("config", overrides=list(overrides)))
+
+
+class CachedComposer:
+    """Compose each distinct set of config-group choices once, then apply the plain value
+    overrides to a copy, exactly as Hydra does after composing (its own
+    ``_apply_overrides_to_config``). A paper plan is hundreds of runs but a few dozen group
+    choice sets (pair x method x task), and one Hydra composition costs ~0.2-0.4 s.
+    ``tests/test_paper.py`` checks the result equals a direct composition."""
+
+    def __init__(self, compose: Composer, conf_dir: Path = CONF) -> None:
+        self.compose = compose
+        self.conf_dir = conf_dir
+        self.cache: dict[tuple[str, ...], DictConfig] = {}
+
+    def _is_group(self, override: Any) -> bool:
+        key = override.key_or_group
+        return "/" in key or (self.conf_dir / key).is_dir()
+
+    def __call__(self, overrides: Sequence[str]) -> DictConfig:
+        import copy
+
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        groups = tuple(o.input_line for o in parsed if self._is_group(o))
+        values = [o for o in parsed if not self._is_group(o)]
+        if groups not in self.cache:
+            self.cache[groups] = self.compose(list(groups))
+        cfg = copy.deepcopy(self.cache[groups])
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
 
 
 def _without_hydra(cfg: DictConfig) -> DictConfig:
