@@ -67,9 +67,16 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
         assert spec.target.loader == "hub" and spec.cfg.runtime.device == "cuda"
 
 
-def test_experiment_prints_full_config_without_loading() -> None:
+@pytest.mark.parametrize(
+    ("name", "target", "draft"),
+    [
+        ("llama70b", "meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf"),
+        ("llama3_8b", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"),
+    ],
+)
+def test_experiment_prints_full_config_without_loading(name: str, target: str, draft: str) -> None:
     out = subprocess.run(
-        [sys.executable, "run.py", "+experiment=llama70b", "--cfg", "job"],
+        [sys.executable, "run.py", f"+experiment={name}", "--cfg", "job"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -77,9 +84,9 @@ def test_experiment_prints_full_config_without_loading() -> None:
     )
     assert out.returncode == 0, out.stderr
     cfg = OmegaConf.create(out.stdout)
-    assert cfg.pair.target.path == "meta-llama/Llama-2-70b-hf"
-    assert cfg.pair.draft.path == "meta-llama/Llama-2-7b-hf"
-    assert cfg.method.tau == 0.5 and cfg.results.study == "llama70b"
+    assert cfg.pair.target.path == target
+    assert cfg.pair.draft.path == draft
+    assert cfg.method.tau == 0.5 and cfg.results.study == name
 
 
 @pytest.mark.parametrize("name", names("sweep"))
@@ -101,7 +108,9 @@ def test_every_pair_validates(name: str) -> None:
     assert spec.draft is not None
     if spec.target.loader == "hub":
         assert spec.target.device_map == "auto" and spec.target.dtype == "float16"
-    assert spec.cfg.pair.chat_template == (name == "smollm2" or name.endswith("_chat"))
+    chat = name == "smollm2" or name.endswith(("_chat", "_instruct"))
+    assert spec.cfg.pair.chat_template == chat
+    assert spec.cfg.pair.notes  # every pair says where its draft choice comes from
 
 
 def test_method_configs_match_the_registry() -> None:
