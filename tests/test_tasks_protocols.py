@@ -134,8 +134,9 @@ def test_spider_authors_takes_the_first_ten_questions(spider_dir: Path) -> None:
     assert len(SpiderTask(data_dir=str(spider_dir), protocol="authors").samples()) == 10
     assert len(SpiderTask(data_dir=str(spider_dir), protocol="authors", limit=3).samples()) == 3
     assert len(SpiderTask(data_dir=str(spider_dir)).samples()) == len(QUESTIONS)
-    with pytest.raises(ValueError, match="chat_template"):
-        SpiderTask(data_dir=str(spider_dir), protocol="authors", chat_template=True)
+    # a chat pair (the runner passes chat_template=True) still gets the raw prompt
+    chat = SpiderTask(data_dir=str(spider_dir), protocol="authors", chat_template=True)
+    assert chat.build_prompt(chat.samples()[0], build_tiny_tokenizer())[0] == EXPECTED_0
 
 
 def test_spider_authors_prediction_and_match(spider_dir: Path) -> None:

@@ -111,9 +111,7 @@ class HumanEvalTask(Task):
         **common: Any,
     ) -> None:
         self.protocol = check_protocol(protocol)
-        if protocol == "authors":
-            if common.get("chat_template") is True:
-                raise ValueError("task.chat_template: protocol=authors feeds raw prompts")
+        if protocol == "authors":  # raw text for every model, chat or not, as the authors do
             common["chat_template"] = False
         if max_new_tokens is None:
             max_new_tokens = MAX_NEW_TOKENS[protocol]

@@ -215,9 +215,7 @@ class SpiderTask(Task):
         **common: Any,
     ) -> None:
         self.protocol = check_protocol(protocol)
-        if protocol == "authors":
-            if common.get("chat_template") is True:
-                raise ValueError("task.chat_template: protocol=authors feeds raw prompts")
+        if protocol == "authors":  # raw text for every model, chat or not, as the authors do
             common["chat_template"] = False
             if common.get("limit") is None:
                 common["limit"] = AUTHORS_N
