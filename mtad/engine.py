@@ -47,9 +47,10 @@ class DecodeStats:
 
     ``drafted`` / ``accepted`` sum each iteration's drafted and accepted *depth* (see
     :class:`StepResult`), ``accepted`` counted *before* EOS / token-budget truncation, as the
-    reference implementations count it (the authors' ``acceptance_count`` in ZongyueQin/MTAD
-    ``src/evaluation.py`` sums the verifier's accepted lengths; Spec-Bench likewise): an
-    accepted draft token that the budget or an EOS cuts off was still accepted by the target.
+    reference implementation counts it (ZongyueQin/MTAD ``src/inference/generate.py``:
+    ``acceptance_count`` sums the verifier's accepted lengths, ``draft_token_count`` is
+    iterations x the draft depth ``max_draft_len``, for chains and trees alike): an accepted
+    draft token that the budget or an EOS cuts off was still accepted by the target.
     ``accept_lengths`` are the *committed* lengths (after truncation), so that
     ``new_tokens == sum(a + 1 for a in accept_lengths)`` holds for every method.
     ``drafted_nodes`` counts every drafted token the target scored (tree size for SpecInfer /
