@@ -81,6 +81,8 @@ class CPUHeadLM(torch.nn.Module):
     The copy is remade whenever the head weight changes: a new tensor (``data_ptr``), another
     shape, or an in-place write (``weight._version``, bumped by ``mul_``, ``copy_``,
     ``load_state_dict``), so edited or reloaded weights are never projected with stale values.
+    Writes through ``weight.data`` bypass the version counter and are not seen: edit weights
+    under ``torch.no_grad()`` instead (as ``load_state_dict`` does).
     """
 
     @staticmethod
