@@ -37,21 +37,25 @@ def decoder_for(pair, name: str, seed: int = 0, eos=(), head: str = "stock", **o
     params = {**DRAFT_METHODS.get(name, {}), **overrides}
     return Decoder(
         build_method(name, **params),
-        ModelRunner(target, head=head),
-        ModelRunner(draft, head=head),
+        ModelRunner(target, "target", head=head),
+        ModelRunner(draft, "draft", head=head),
         eos,
         seed,
     )
 
 
-def tree_records_match_fresh(runner: ModelRunner) -> None:
-    """Every kept tree logit equals a no-cache forward over that node's root-to-node path."""
-    trees = [rec for rec in runner.trace or [] if rec.paths is not None]
-    assert trees, "no tree forward ran"
-    for rec in trees:
+def records_match_fresh(runner: ModelRunner) -> None:
+    """Every kept logit of every traced forward equals a no-cache forward: a tree position
+    against its root-to-node path, a plain forward against each row's full context."""
+    assert any(rec.paths is not None for rec in runner.trace or []) or runner.role == "draft"
+    for rec in runner.trace or []:
         with torch.no_grad():
-            fresh = torch.stack([runner.model(path[None]).logits[0, -1] for path in rec.paths])
-        torch.testing.assert_close(rec.logits[0], fresh, atol=1e-4, rtol=1e-4)
+            if rec.paths is None:
+                fresh = runner.model(rec.context_ids).logits[:, -rec.logits.shape[1] :]
+            else:
+                rows = [runner.model(path[None]).logits[0, -1] for path in rec.paths]
+                fresh = torch.stack(rows)[None]
+        torch.testing.assert_close(rec.logits, fresh, atol=1e-4, rtol=1e-4)
 
 
 # ------------------------------------------------------------ tree verification, every impl
@@ -64,9 +68,11 @@ def test_tree_logits_equal_fresh_forward_under_each_attention(name, family, impl
     """Every logit a tree method used equals a no-cache forward, with SDPA and with eager
     attention (eager adds the mask to the scores: a boolean mask would mask nothing)."""
     decoder = decoder_for(pair_with_attention(family, impl), name, seed=5, top_k=0, top_p=1.0)
-    decoder.target.trace = []
+    decoder.target.trace, decoder.draft.trace = [], []
     decoder.generate([10, 20, 30, 40], 20)
-    tree_records_match_fresh(decoder.target)
+    assert decoder.draft.trace
+    records_match_fresh(decoder.target)
+    records_match_fresh(decoder.draft)
 
 
 def test_boolean_tree_mask_is_wrong_under_eager(monkeypatch):
@@ -77,7 +83,7 @@ def test_boolean_tree_mask_is_wrong_under_eager(monkeypatch):
     decoder.target.trace = []
     decoder.generate([10, 20, 30, 40], 8)
     with pytest.raises(AssertionError):
-        tree_records_match_fresh(decoder.target)
+        records_match_fresh(decoder.target)
 
 
 def test_additive_mask_values():
