@@ -243,7 +243,7 @@ SINGLE_V1 = (
 
 def test_mtbench_judge_prompt_is_fastchat_single_answer_grading() -> None:
     task = MTBenchTask(protocol="authors", categories=["writing"], limit=1)
-    assert task.max_new_tokens == 1024 and MTBenchTask().max_new_tokens == 512
+    assert task.max_new_tokens == 128 and MTBenchTask().max_new_tokens == 512
     sample = task.samples()[0]
     out = SampleOutput.from_texts(sample, ["my first answer", "my second answer"])
     system, user = task.judge_messages(out, 0)

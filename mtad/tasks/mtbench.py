@@ -12,12 +12,12 @@ OpenAI-compatible ``/chat/completions`` endpoint given in ``task.judge``. Withou
 records the answers and reports the score as pending: no score is ever invented.
 
 ``protocol``: the MTAD authors did not script MT-Bench; their README says to adapt FastChat's
-``llm_judge/gen_model_answer.py`` and judge as FastChat does. ``authors`` therefore follows
-FastChat: both turns with the model's chat template, ``max_new_tokens`` 1024 per turn
-(gen_model_answer's ``--max-new-token`` default), FastChat's single-answer judge prompts.
-``harness`` uses 512 tokens per turn. ``max_new_tokens: null`` picks the protocol's value.
-FastChat's per-category sampling temperatures are not applied: the decoding method's own
-warping is what is being compared.
+``llm_judge/gen_model_answer.py`` and judge as FastChat does, and the paper's setup generates
+"a maximum of 128 tokens for each input" (ICLR 2025, Sec. 5). ``authors`` therefore runs both
+turns with the model's chat template at 128 new tokens per turn and grades with FastChat's
+single-answer judge prompts; ``harness`` allows 512 tokens per turn. ``max_new_tokens: null``
+picks the protocol's value. FastChat's per-category sampling temperatures are not applied: the
+decoding method's own warping is what is being compared.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ JUDGE_DEFAULTS: dict[str, Any] = {
     "timeout_s": 120.0,
     "retries": 3,
 }
-MAX_NEW_TOKENS = {"authors": 1024, "harness": 512}
+MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
 
 
 def data_root() -> Path:
