@@ -4,7 +4,8 @@ CNN/DailyMail, loaded through Hugging Face ``datasets``, scored by perplexity an
 
 Where the data comes from (``task.path`` overrides it):
 
-* online: the hub (``MohamedRashad/ChatGPT-prompts``, ``abisee/cnn_dailymail`` 3.0.0) or, for
+* online: the hub (``MohamedRashad/ChatGPT-prompts``; ``abisee/cnn_dailymail`` 3.0.0, the
+  current home of the ``cnn_dailymail`` set the authors load) or, for
   ChatAlpaca, which has no official hub copy, the file the authors' README names
   (``chatalpaca-10k.json`` from GitHub cascip/ChatAlpaca) fetched by ``datasets``' json loader;
 * offline (``HF_DATASETS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``): the same through the HF cache

@@ -28,6 +28,9 @@ stop strings (they decode the whole budget); the prediction is the continuation 
 (rows compared as a set of sorted stringified rows: their ``match``). Their
 ``execution_accuracy_references`` leaves questions whose gold query fails out of the
 denominator; here a failing gold query is a data error and stops the run.
+Not reproduced: their tokenizer call cuts every prompt to its first 512 tokens
+(``max_length=512, truncation=True``), which on large schemas drops the question itself; we feed
+the whole prompt.
 """
 
 from __future__ import annotations
