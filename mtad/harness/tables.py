@@ -95,14 +95,20 @@ def _baseline_ratio(
 
 def add_ratios(df: pd.DataFrame, keys: Sequence[str] = GROUP_KEYS) -> pd.DataFrame:
     """Add ``speedup_vs_ar``, ``speedup_vs_sps`` (ms/token ratios), ``energy_ratio_vs_sps``
-    (sps J/token over the run's: > 1 means less energy than SpS) and ``ppl_change_vs_ar``."""
+    (sps J/token over the run's: > 1 means less energy than SpS), ``ppl_change_vs_ar`` and
+    ``score_change_vs_ar``: the relative change of the downstream score versus AR (the paper's
+    "+x% downstream"), NaN where AR scored 0 or has no score (e.g. MT-Bench pending a judge)."""
     if df.empty:
         return df
     df = df.copy()
+    if "score" in df.columns:  # None (a pending judge) must not make the column non-numeric
+        df["score"] = pd.to_numeric(df["score"], errors="coerce")
     df["speedup_vs_ar"] = _baseline_ratio(df, "ar", "ms_per_token", keys, False)
     df["speedup_vs_sps"] = _baseline_ratio(df, "sps", "ms_per_token", keys, False)
     df["energy_ratio_vs_sps"] = _baseline_ratio(df, "sps", "energy.j_per_token", keys, False)
     df["ppl_change_vs_ar"] = _baseline_ratio(df, "ar", "ppl", keys, True) - 1.0
+    score = _baseline_ratio(df, "ar", "score", keys, True) - 1.0
+    df["score_change_vs_ar"] = score.where(score.abs() != float("inf"))
     return df
 
 

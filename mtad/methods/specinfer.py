@@ -100,6 +100,11 @@ class TreeSpeculativeSampling(DecodingMethod):
         self.layout = TreeLayout.build(params.branching)
         self.max_step_tokens = len(params.branching) + 1
 
+    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+        """Also refuse, before decoding, a target whose attention would ignore the tree mask."""
+        super().check_models(target, draft)
+        target.check_tree_attention()
+
     def step(self, ctx: DecodeContext) -> StepResult:
         prm, lay = self.params, self.layout
         assert ctx.draft is not None
@@ -121,7 +126,10 @@ class TreeSpeculativeSampling(DecodingMethod):
             ctx.target.crop(ctx.n)
             path, next_token = self.walk(logp_all, logq, tokens, ctx.generator)
         out = torch.cat([tokens[path], next_token.view(1)])
-        return StepResult(out, drafted=tokens.numel(), accepted=len(path))
+        # depth along the accepted path over the tree depth; every node for the per-node rate
+        return StepResult(
+            out, drafted=len(prm.branching), accepted=len(path), drafted_nodes=tokens.numel()
+        )
 
     def walk(
         self,
