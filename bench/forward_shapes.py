@@ -9,29 +9,25 @@ ratio to n = 1 of the same dtype. This is the measurement behind two engine choi
 matmuls, e.g. AVX2 only, pays for every extra row) and whether padding verification blocks to
 another size would pay.
 
-    python bench/forward_shapes.py [--context 120] [--reps 7] [--draft PATH]
+    python -m bench.forward_shapes [--context 120] [--reps 7] [--draft PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import (  # noqa: E402
-    DEFAULT_DRAFT,  # noqa: E402
+from bench.common import (
+    DEFAULT_DRAFT,
     environment_line,
     print_table,
     resolve_draft,
     setup,
 )
-from mtad.models import ModelRunner, ModelSpec, load_model  # noqa: E402
+from mtad.models import ModelRunner, ModelSpec, load_model
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)

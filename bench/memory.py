@@ -6,8 +6,8 @@ and the number of live Python objects. A leak shows as RSS / objects climbing ro
 round; a flat line after round 1 means nothing grows with the number of prompts (round 1
 includes first-use allocations: allocator pools, lazy inits).
 
-    python bench/memory.py                         # smollm2 pair, ar/sps/mtad, 3 rounds
-    python bench/memory.py --methods all --rounds 4 --prompts 6 --max-new 64
+    python -m bench.memory                         # smollm2 pair, ar/sps/mtad, 3 rounds
+    python -m bench.memory --methods all --rounds 4 --prompts 6 --max-new 64
 """
 
 from __future__ import annotations
@@ -17,11 +17,8 @@ import gc
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_args,
     environment_line,
     eos_ids,
@@ -32,7 +29,7 @@ from bench.common import (  # noqa: E402
     rss_mib,
     setup,
 )
-from bench.overhead import DEFAULT_METHODS, METHOD_PARAMS, parse_methods  # noqa: E402
+from bench.overhead import DEFAULT_METHODS, METHOD_PARAMS, parse_methods
 
 
 def child(args: argparse.Namespace) -> None:
@@ -92,7 +89,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
     results = {}
     for m in parse_methods(args.methods):
-        cmd = [sys.executable, str(Path(__file__).resolve()), *passthrough, "--child", m]
+        # same interpreter, working folder and environment: `-m bench.memory` resolves as ours did
+        cmd = [sys.executable, "-m", "bench.memory", *passthrough, "--child", m]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
         results[m] = json.loads(out.stdout.strip().splitlines()[-1])
     print(environment_line(args))

@@ -6,21 +6,18 @@ forwards, draft forwards, overhead inside the draft/verify phases (warping, samp
 bookkeeping), and overhead outside them (the decode loop). Speed ratios are against ``ar``
 and ``sps`` on the same prompts and seeds; methods run interleaved prompt by prompt.
 
-    python bench/overhead.py                       # smollm2 pair, ar/sps/mtad, 6 prompts x 64
-    python bench/overhead.py --methods all --prompts 12 --max-new 128
-    python bench/overhead.py --greedy              # temperature 0 for every method
-    python bench/overhead.py --pair tiny           # seconds; the random test pair
+    python -m bench.overhead                       # smollm2 pair, ar/sps/mtad, 6 prompts x 64
+    python -m bench.overhead --methods all --prompts 12 --max-new 128
+    python -m bench.overhead --greedy              # temperature 0 for every method
+    python -m bench.overhead --pair tiny           # seconds; the random test pair
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_args,
     environment_line,
     eos_ids,
@@ -32,8 +29,8 @@ from bench.common import (  # noqa: E402
     ratio,
     setup,
 )
-from mtad.engine import Decoder, DecodeStats  # noqa: E402
-from mtad.methods import METHODS, build_method  # noqa: E402
+from mtad.engine import Decoder, DecodeStats
+from mtad.methods import METHODS, build_method
 
 # The authors' defaults (B=4, gamma=4, tau=0.5); sampling T=1, top-k 10, top-p 0.9 for all.
 METHOD_PARAMS: dict[str, dict] = {

@@ -16,8 +16,8 @@ Greedy outputs must be identical: every row is compared token by token with ``ou
 (tokens counted up to the first EOS, capped at ``--max-new`` for everyone). Engine overhead
 (wall time outside model forwards, forward hooks) is shown for every row.
 
-    python bench/vs_assisted.py                  # smollm2 pair, 6 prompts x 64 tokens
-    python bench/vs_assisted.py --prompts 12 --max-new 128 --hf-defaults
+    python -m bench.vs_assisted                  # smollm2 pair, 6 prompts x 64 tokens
+    python -m bench.vs_assisted --prompts 12 --max-new 128 --hf-defaults
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ import argparse
 import copy
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     add_common_args,
     environment_line,
     eos_ids,
@@ -45,8 +42,8 @@ from bench.common import (  # noqa: E402
     setup,
     truncate_at_eos,
 )
-from mtad.engine import Decoder  # noqa: E402
-from mtad.methods import build_method  # noqa: E402
+from mtad.engine import Decoder
+from mtad.methods import build_method
 
 GAMMA = 4
 

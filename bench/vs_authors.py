@@ -10,7 +10,7 @@ is committed here: fetch it at benchmark time, e.g.
     git clone https://github.com/ZongyueQin/MTAD /tmp/mtad-authors
     python3 -m venv /tmp/authors-venv
     /tmp/authors-venv/bin/pip install torch==2.13.0 transformers==4.44.2
-    python bench/vs_authors.py --authors-repo /tmp/mtad-authors \\
+    python -m bench.vs_authors --authors-repo /tmp/mtad-authors \\
         --authors-python /tmp/authors-venv/bin/python
 
 Both sides load the same model folders in the same dtype, use the same settings (B, gamma,
@@ -33,9 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import (  # noqa: E402
+from bench.common import (
     REPO,
     add_common_args,
     environment_line,
@@ -49,8 +47,8 @@ from bench.common import (  # noqa: E402
     setup,
     truncate_at_eos,
 )
-from mtad.engine import Decoder  # noqa: E402
-from mtad.methods import build_method  # noqa: E402
+from mtad.engine import Decoder
+from mtad.methods import build_method
 
 WORKER = REPO / "bench" / "authors_worker.py"
 
