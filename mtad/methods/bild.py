@@ -27,6 +27,7 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.methods.registry import register_method
 from mtad.warping import sample_from_logprobs, warp_logprobs
 
 
@@ -60,6 +61,7 @@ def raw_cross_entropy(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return -logp.gather(1, x[:, None]).squeeze(1)
 
 
+@register_method(BiLDParams)
 class BigLittleDecoder(DecodingMethod):
     name = "bild"
     uses_draft = True

@@ -18,6 +18,7 @@ import torch
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
+from mtad.methods.registry import register_method
 from mtad.models import ModelRunner
 from mtad.warping import NEG_INF, sample_from_logprobs, warp_logprobs
 
@@ -64,6 +65,7 @@ def select_tree_node(
     return k, node
 
 
+@register_method(MMTADParams)
 class MMTAD(DecodingMethod):
     name = "mmtad"
     uses_draft = True

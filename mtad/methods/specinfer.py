@@ -19,6 +19,7 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams
+from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_logprobs
 from mtad.models import ModelRunner
 from mtad.warping import WarpConfig, sample_from_logprobs, sample_with_replacement, warp_logprobs
@@ -91,6 +92,7 @@ def expand_tree(
     return torch.cat(tokens), torch.cat(dists)
 
 
+@register_method(SpecInferParams)
 class TreeSpeculativeSampling(DecodingMethod):
     name = "specinfer"
     uses_draft = True
