@@ -20,13 +20,7 @@ import time
 
 import torch
 
-from bench.common import (
-    DEFAULT_DRAFT,
-    environment_line,
-    print_table,
-    resolve_draft,
-    setup,
-)
+from bench import common
 from mtad.models import ModelRunner, ModelSpec, load_model
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
@@ -46,13 +40,13 @@ def time_forward(
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--draft", default=common.DEFAULT_DRAFT)
     ap.add_argument("--context", type=int, default=120, help="cached tokens before timing")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    setup(args)
-    draft_path, standin = resolve_draft(args.draft)
+    common.setup(args)
+    draft_path, standin = common.resolve_draft(args.draft)
     gen = torch.Generator().manual_seed(0)
     runners: dict[tuple[str, str], ModelRunner] = {}
     for dtype in ("float32", "bfloat16"):
@@ -79,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             out = time_forward(r, n, rows, gen)
             if rep:  # rep 0 warms every shape up
                 res[case].append(out)
-    print(environment_line())
+    print(common.environment_line())
     draft_name = "stand-in (target layers 0-1)" if standin else draft_path
     print(
         f"target SmolLM2-135M-Instruct; draft {draft_name}; "
@@ -123,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{h[1]:.1f}",
             ]
         )
-    print_table(
+    common.print_table(
         "one cached forward (ms; CPU time unless noted)",
         [
             "model",

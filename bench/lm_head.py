@@ -23,7 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from bench.common import environment_line, print_table
+from bench import common
 from mtad.models import CPUHeadLM
 
 HEADS = {"target 49152x576": (49152, 576), "draft 49152x256": (49152, 256)}
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(environment_line(args))
+    print(common.environment_line(args))
     rows_list = [int(r) for r in args.rows.split(",")]
     gen = torch.Generator().manual_seed(0)
     table = []
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
                     diff,
                 ]
             )
-    print_table(
+    common.print_table(
         "output projection, float32 (ms, process CPU time; median)",
         [
             "head",
