@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mtad.distill import objectives as O
@@ -109,8 +110,6 @@ def collate(buf: Buffer, rows: list[int], pad: int, prompt_weight: float, device
 
 def save_data(buf: Buffer, path: Path, transport_dir: str | None, chunk_mib: float):
     """Generated sequences as uint16 ids (+ lengths, prompt lengths, kinds), atomically."""
-    import numpy as np
-
     lens = np.array([len(x) for x in buf.seqs], dtype=np.int32)
     toks = np.fromiter((t for x in buf.seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
     tmp = path.with_name(path.name + ".tmp.npz")
@@ -132,8 +131,6 @@ def write_parts(data: bytes, folder: Path, stem: str, chunk_mib: float) -> None:
 
 
 def load_data(path: str, buf: Buffer) -> None:
-    import numpy as np
-
     z = np.load(path)
     toks, lens = z["tokens"].astype(np.int64), z["lens"]
     off = 0

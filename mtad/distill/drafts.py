@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 
 @dataclass
@@ -109,8 +110,6 @@ def build_optimisers(args, drafts) -> list[torch.optim.Optimizer]:
 
 def init_from(folder: str, specs: list[DraftSpec], drafts, log) -> None:
     """Load every draft from an earlier draft folder of the same architecture."""
-    from safetensors.torch import load_file
-
     init_sd = load_file(str(Path(folder) / "model.safetensors"))
     for s, d in zip(specs, drafts, strict=True):
         missing, unexpected = d.load_state_dict(

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from mtad.distill import objectives as O
 from mtad.distill import report
@@ -27,7 +28,7 @@ from mtad.distill.evaluate import build_eval_sets, evaluate
 from mtad.distill.prompts import prepare_pool
 from mtad.distill.topics import FOLLOW_UPS
 from mtad.distill.train import load_ckpt, lr_at, save_ckpt, train_step
-from mtad.harness.results import environment, git_state
+from mtad.harness.results import environment
 
 
 class Distillation:
@@ -35,8 +36,6 @@ class Distillation:
     step); :meth:`run` drives them and returns the last held-out metrics."""
 
     def __init__(self, args) -> None:
-        from tqdm import tqdm
-
         self.args = args
         self.t_start = time.perf_counter()
         if args.threads:
@@ -115,7 +114,7 @@ class Distillation:
             "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state()})
 
     def make_recipe(self) -> dict:
-        args = self.args
+        args, env = self.args, environment()
         return {
             "target": args.target, "target_dtype": args.target_dtype, "seed": args.seed,
             "vocab_size": self.target.config.vocab_size,
@@ -123,7 +122,7 @@ class Distillation:
                          if isinstance(v, list) else v) for k, v in vars(args).items()},
             "warp": asdict(O.AUTHORS_WARP),
             "pool": self.pool["recipe"],
-            "env": environment(), "git_commit": git_state()["commit"] or "unknown",
+            "env": env, "git_commit": env["git"]["commit"] or "unknown",
             "cmd": " ".join([sys.executable] + sys.argv),
         }
 
@@ -249,8 +248,6 @@ class Distillation:
         self.log(f"[export step {self.step}] (agree, accept): {json.dumps(summary)}")
 
     def run(self) -> dict:
-        from tqdm import tqdm
-
         args, budget = self.args, self.args.time_budget
         bar = tqdm(total=int(budget) if budget else args.max_steps,
                    unit="s" if budget else "step", desc="distil", dynamic_ncols=True,

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from mtad.distill.data import write_parts
 from mtad.distill.drafts import DraftSpec
@@ -111,8 +112,6 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
 
 
 def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, final: bool):
-    from safetensors.torch import save_file
-
     out.mkdir(parents=True, exist_ok=True)
     for spec, d in zip(specs, drafts, strict=True):
         folder = out / spec.name
