@@ -492,6 +492,9 @@ def test_proxy_listener_sees_a_proxied_request(monkeypatch: pytest.MonkeyPatch) 
                 monkeypatch.setenv(key, value)
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
+        # urlopen builds its global opener once, reading the proxy variables then: build this
+        # test's own and drop it afterwards, or later tests' requests go to the dead listener
+        monkeypatch.setattr(urllib.request, "_opener", None)
         with pytest.raises(OSError):  # the listener hangs up: the request fails
             urllib.request.urlopen("http://example.invalid/", timeout=5)
         time.sleep(0.2)
