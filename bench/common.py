@@ -23,14 +23,9 @@ from typing import Any
 
 import torch
 
-from mtad.models import (
-    LoadedPair,
-    ModelRunner,
-    ModelSpec,
-    build_tiny_pair,
-    build_tiny_tokenizer,
-    load_pair,
-)
+from mtad.engine.loading import LoadedPair, ModelSpec, load_pair
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
 from mtad.tokens import eos_token_ids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,7 +90,7 @@ def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: i
         "--head",
         default="auto",
         choices=["auto", "stock", "fast"],
-        help="our runners' logits head (mtad.models.head_for); transformers' own "
+        help="our runners' logits head (mtad.engine.heads.head_for); transformers' own "
         "generate always uses the stock head",
     )
     g.add_argument(
@@ -183,7 +178,7 @@ def build_standin_draft(out: Path = STANDIN_DRAFT, layers: int = STANDIN_LAYERS)
         return out
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from mtad.smollm2 import load_smollm2_target
+    from mtad.engine.smollm2 import load_smollm2_target
 
     target, _ = load_smollm2_target(dtype="float32")
     cfg = LlamaConfig.from_dict(target.config.to_dict())
@@ -370,7 +365,7 @@ class ForwardClock:
 
 def pair_clock(pair: BenchPair) -> ForwardClock:
     """Clock the models (whoever calls them) and what our runners call for logits
-    (``ModelRunner.net``: the model, or :class:`mtad.models.CPUHeadLM` around it)."""
+    (``ModelRunner.net``: the model, or :class:`mtad.engine.heads.CPUHeadLM` around it)."""
     mods: dict[str, list[torch.nn.Module]] = {"target": [pair.target.model, pair.target.net]}
     if pair.draft is not None and pair.draft.model is not pair.target.model:
         mods["draft"] = [pair.draft.model, pair.draft.net]

@@ -21,7 +21,8 @@ import time
 import torch
 
 from bench import common
-from mtad.models import ModelRunner, ModelSpec, load_model
+from mtad.engine.loading import ModelSpec, load_model
+from mtad.engine.runner import ModelRunner
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)

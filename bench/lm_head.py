@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import common
-from mtad.models import CPUHeadLM
+from mtad.engine.heads import CPUHeadLM
 
 HEADS = {"target 49152x576": (49152, 576), "draft 49152x256": (49152, 256)}
 

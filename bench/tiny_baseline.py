@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from mtad.engine import Decoder, DecodeStats
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
-from mtad.models import ModelRunner, build_tiny_pair
 
 METHODS = {
     "ar": {},

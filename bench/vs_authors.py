@@ -83,7 +83,7 @@ def model_folders(bp, tmp: Path) -> tuple[str, str]:
         bp.target.model.save_pretrained(tmp / "target")
         bp.draft.model.save_pretrained(tmp / "draft")
         return str(tmp / "target"), str(tmp / "draft")
-    from mtad.smollm2 import convert_gguf
+    from mtad.engine.smollm2 import convert_gguf
 
     return str(convert_gguf(verbose=False)), str(bp.draft_path)
 

@@ -26,11 +26,11 @@ Examples::
         --gen-batch-size 8 --gen-max-new 16 --eval-max-new 16 --eval-n-humaneval 4 \
         --eval-n-mtbench 4 --out /tmp/distill-smoke
 
-``--target`` is ``smollm2`` (:func:`mtad.smollm2.load_smollm2_target`), a Hugging Face model path
-or name, or ``tiny-random:<tokenizer dir>`` (a random two-layer Llama with that tokenizer, for
-tests). Resuming: with ``--ckpt-dir`` the full training state (drafts, optimisers, generated
-data, RNG, pool cursor, loss history) is saved every ``--ckpt-every-s`` seconds, atomically, and
-a rerun with the same arguments resumes from it.
+``--target`` is ``smollm2`` (:func:`mtad.engine.smollm2.load_smollm2_target`), a Hugging Face model
+path or name, or ``tiny-random:<tokenizer dir>`` (a random two-layer Llama with that tokenizer, for
+tests). Resuming: with ``--ckpt-dir`` the full training state (drafts, optimisers, generated data,
+RNG, pool cursor, loss history) is saved every ``--ckpt-every-s`` seconds, atomically, and a rerun
+with the same arguments resumes from it.
 
 This file is the command line; the run is :mod:`mtad.distill.loop` (models in
 :mod:`~mtad.distill.drafts`, data in :mod:`~mtad.distill.data`, training in

@@ -16,13 +16,13 @@ torch.set_num_threads(1)
 
 @pytest.fixture(scope="session")
 def tiny_llama():
-    from mtad.models import build_tiny_pair
+    from mtad.engine.tiny import build_tiny_pair
 
     return build_tiny_pair("llama", vocab_size=320, seed=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_opt():
-    from mtad.models import build_tiny_pair
+    from mtad.engine.tiny import build_tiny_pair
 
     return build_tiny_pair("opt", vocab_size=320, seed=0)

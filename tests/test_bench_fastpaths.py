@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtad.warping import (
+from mtad.engine.warping import (
     NEG_INF,
     Candidates,
     WarpConfig,
@@ -174,8 +174,8 @@ def test_beam_draft_same_with_dense_candidates(method, tiny_llama, monkeypatch) 
     """Greedy beam drafting over sparse candidates equals drafting over the whole vocabulary."""
     import mtad.methods.beam as beam
     from mtad.engine import Decoder
+    from mtad.engine.runner import ModelRunner
     from mtad.methods import build_method
-    from mtad.models import ModelRunner
 
     def dense(logits, warp):
         logp = warp_logprobs(logits, warp)
@@ -197,13 +197,14 @@ def test_beam_draft_same_with_dense_candidates(method, tiny_llama, monkeypatch) 
 @pytest.fixture(scope="module")
 def wide_llama():
     """A tiny Llama with a vocabulary large enough for ``head="auto"`` to pick the CPU head."""
-    from mtad.models import build_tiny_model
+    from mtad.engine.tiny import build_tiny_model
 
     return build_tiny_model("llama", "target", vocab_size=8192, seed=3)
 
 
 def test_auto_head_choice(wide_llama, tiny_llama):
-    from mtad.models import CPUHeadLM, ModelRunner, head_for
+    from mtad.engine.heads import CPUHeadLM, head_for
+    from mtad.engine.runner import ModelRunner
 
     assert isinstance(head_for(wide_llama, "auto"), CPUHeadLM)
     assert head_for(wide_llama, "stock") is wide_llama
@@ -214,7 +215,8 @@ def test_auto_head_choice(wide_llama, tiny_llama):
 
 
 def test_auto_head_keeps_stock_for_bf16():
-    from mtad.models import ModelRunner, build_tiny_model
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.tiny import build_tiny_model
 
     model = build_tiny_model("llama", "target", vocab_size=8192, seed=3).to(torch.bfloat16)
     assert ModelRunner(model).head == "stock"
@@ -224,7 +226,7 @@ def test_auto_head_keeps_stock_for_bf16():
 def test_cpu_head_projection_matches_linear(wide_llama, rows):
     """Both kernels (1 row: transposed copy; more: W @ x.T) give F.linear's logits up to
     summation order, with the same shape and a contiguous result."""
-    from mtad.models import CPUHeadLM
+    from mtad.engine.heads import CPUHeadLM
 
     head = CPUHeadLM(wide_llama)
     hidden = torch.randn(1, rows, wide_llama.config.hidden_size)
@@ -237,8 +239,9 @@ def test_cpu_head_projection_matches_linear(wide_llama, rows):
 def test_cpu_head_greedy_tokens_equal_stock(wide_llama):
     """Greedy AR and SpS give the same tokens through the CPU head as through the stock one."""
     from mtad.engine import Decoder
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.tiny import build_tiny_model
     from mtad.methods import build_method
-    from mtad.models import ModelRunner, build_tiny_model
 
     draft = build_tiny_model("llama", "draft", vocab_size=8192, seed=3)
     outs = {}

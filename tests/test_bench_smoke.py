@@ -100,7 +100,9 @@ def test_forward_clock_sees_our_cpu_head() -> None:
     import torch
 
     from bench.common import BenchPair, pair_clock
-    from mtad.models import LoadedPair, ModelRunner, build_tiny_model, build_tiny_tokenizer
+    from mtad.engine.loading import LoadedPair
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
     runner = ModelRunner(build_tiny_model("llama", "target"), "target", head="fast")
     clock = pair_clock(

@@ -135,7 +135,7 @@ def test_method_configs_match_the_registry() -> None:
 
 
 def test_model_spec_schema_mirrors_the_engine() -> None:
-    from mtad.models import ModelSpec
+    from mtad.engine.loading import ModelSpec
 
     mine = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpecConfig)}
     theirs = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpec)}

@@ -14,7 +14,7 @@ from mtad.distill.data import Buffer
 from mtad.distill.drafts import DraftSpec, build_draft
 from mtad.distill.overlap import filter_pool, normalise, overlap_report
 from mtad.distill.train import train_step
-from mtad.warping import WarpConfig, warp_logprobs
+from mtad.engine.warping import WarpConfig, warp_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
 

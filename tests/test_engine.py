@@ -7,12 +7,15 @@ from statistics import NormalDist
 
 import pytest
 import torch
+from tracing import traced, untraced
 
 from mtad.engine import Decoder
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_model, build_tiny_pair
+from mtad.engine.warping import WarpConfig, sample_from_logprobs, warp_logprobs
 from mtad.methods import build_method
+from mtad.methods import sps as sps_module
 from mtad.methods.sps import SpeculativeSampling
-from mtad.models import ModelRunner, build_tiny_model, build_tiny_pair
-from mtad.warping import WarpConfig, sample_from_logprobs, warp_logprobs
 
 ALL_METHODS = {
     "ar": {},
@@ -108,10 +111,11 @@ def test_sps_reproduces_target_distribution(stat_pair):
             ModelRunner(target),
             ModelRunner(draft),
         )
-        if rule is not None:
-            assert isinstance(decoder.method, SpeculativeSampling)
-            decoder.method.accept_rule = rule
-        counts = sample_two_tokens(decoder, VOCAB, runs)
+        assert isinstance(decoder.method, SpeculativeSampling)
+        with pytest.MonkeyPatch.context() as mp:
+            if rule is not None:  # the module-level rule step() calls
+                mp.setattr(sps_module, "speculative_accept", rule)
+            counts = sample_two_tokens(decoder, VOCAB, runs)
         stat, df = chi2_statistic(counts, exact, runs)
         return stat, chi2_critical(df, ALPHA)
 
@@ -184,7 +188,7 @@ def test_cached_logits_equal_fresh_forward(name, temperature, family, tiny_llama
 @pytest.mark.parametrize("name", list(ALL_METHODS))
 @pytest.mark.parametrize("family", ["llama", "opt"])
 def test_fast_head_logits_equal_fresh_forward(name, family, tiny_llama, tiny_opt):
-    """The same with the CPU head forced on (mtad.models.CPUHeadLM): tree forwards, beam rows
+    """The same with the CPU head forced on (mtad.engine.heads.CPUHeadLM): tree forwards, beam rows
     and single rows all go through its two projection kernels."""
     check_cached_logits(name, 1.0, family, "fast", tiny_llama, tiny_opt)
 
@@ -196,15 +200,15 @@ def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -
     )
     assert decoder.target.head == head
     runners = [r for r in (decoder.target, decoder.draft) if r is not None]
-    for r in runners:
-        r.trace = []
+    traces = {id(r): traced(r) for r in runners}
     out = decoder.generate([10, 20, 30, 40], 30)
     rolled_back = any(0 < a < decoder.method.max_step_tokens - 1 for a in out.stats.accept_lengths)
     if name in ("sps", "mtad"):
         assert rolled_back or out.stats.accepted == 0  # exercised a partial acceptance
     for runner in runners:
-        assert runner.trace
-        for rec in runner.trace:
+        trace = traces[id(runner)]
+        assert trace
+        for rec in trace:
             keep = rec.logits.shape[1]
             with torch.no_grad():
                 if rec.paths is None:
@@ -214,7 +218,7 @@ def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -
                         [runner.model(path[None]).logits[0, -1] for path in rec.paths]
                     )[None]
             torch.testing.assert_close(rec.logits, fresh, atol=1e-4, rtol=1e-4)
-        runner.trace = None
+        untraced(runner)
 
 
 def test_rollback_and_reorder_are_exercised(tiny_llama):

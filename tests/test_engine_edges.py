@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tracing import traced
 from transformers import MistralConfig, MistralForCausalLM
 
-from mtad import models
 from mtad.engine import DecodeContext, Decoder, DecodeStats, StepResult
+from mtad.engine import runner as runner_module
+from mtad.engine.heads import CPUHeadLM
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
-from mtad.models import CPUHeadLM, ModelRunner, build_tiny_pair
 
 TREE_METHODS = {
     "specinfer": {"branching": [3, 2, 1]},
@@ -44,11 +47,11 @@ def decoder_for(pair, name: str, seed: int = 0, eos=(), head: str = "stock", **o
     )
 
 
-def records_match_fresh(runner: ModelRunner) -> None:
+def records_match_fresh(runner: ModelRunner, trace: list) -> None:
     """Every kept logit of every traced forward equals a no-cache forward: a tree position
     against its root-to-node path, a plain forward against each row's full context."""
-    assert any(rec.paths is not None for rec in runner.trace or []) or runner.role == "draft"
-    for rec in runner.trace or []:
+    assert any(rec.paths is not None for rec in trace) or runner.role == "draft"
+    for rec in trace:
         with torch.no_grad():
             if rec.paths is None:
                 fresh = runner.model(rec.context_ids).logits[:, -rec.logits.shape[1] :]
@@ -68,27 +71,27 @@ def test_tree_logits_equal_fresh_forward_under_each_attention(name, family, impl
     """Every logit a tree method used equals a no-cache forward, with SDPA and with eager
     attention (eager adds the mask to the scores: a boolean mask would mask nothing)."""
     decoder = decoder_for(pair_with_attention(family, impl), name, seed=5, top_k=0, top_p=1.0)
-    decoder.target.trace, decoder.draft.trace = [], []
+    target_trace, draft_trace = traced(decoder.target), traced(decoder.draft)
     decoder.generate([10, 20, 30, 40], 20)
-    assert decoder.draft.trace
-    records_match_fresh(decoder.target)
-    records_match_fresh(decoder.draft)
+    assert draft_trace
+    records_match_fresh(decoder.target, target_trace)
+    records_match_fresh(decoder.draft, draft_trace)
 
 
 def test_boolean_tree_mask_is_wrong_under_eager(monkeypatch):
     """Guard for the test above: with the old boolean mask, eager attention is detectably wrong
     (so the comparison can fail), while the additive mask is right."""
-    monkeypatch.setattr(models, "additive_mask", lambda allow, dtype: allow)
+    monkeypatch.setattr(runner_module, "additive_mask", lambda allow, dtype: allow)
     decoder = decoder_for(pair_with_attention("llama", "eager"), "specinfer", seed=5)
-    decoder.target.trace = []
+    target_trace = traced(decoder.target)
     decoder.generate([10, 20, 30, 40], 8)
     with pytest.raises(AssertionError):
-        records_match_fresh(decoder.target)
+        records_match_fresh(decoder.target, target_trace)
 
 
 def test_additive_mask_values():
     allow = torch.tensor([[True, False], [True, True]])
-    mask = models.additive_mask(allow, torch.float16)
+    mask = runner_module.additive_mask(allow, torch.float16)
     assert mask.dtype == torch.float16
     assert mask[0, 0] == 0 and mask[1, 1] == 0
     assert mask[0, 1] == torch.finfo(torch.float16).min

@@ -158,11 +158,11 @@ def test_every_run_has_an_offline_wandb_run_with_the_summary(
 
 
 def test_complete_folder_is_skipped_without_loading(method_runs: dict, monkeypatch) -> None:
-    import mtad.models
+    import mtad.engine.loading
     from mtad.harness.runner import run
 
     cfg, first = method_runs["mtad"]
-    monkeypatch.setattr(mtad.models, "load_pair", _no_model)
+    monkeypatch.setattr(mtad.engine.loading, "load_pair", _no_model)
     again = run(cfg)
     assert again.status == "skipped" and again.result_dir == first.result_dir
 
@@ -177,10 +177,10 @@ def _no_model(*args: object, **kwargs: object) -> None:
 def test_bad_value_stops_before_loading(
     override: str, key: str, tmp_path: Path, monkeypatch
 ) -> None:
-    import mtad.models
+    import mtad.engine.loading
     from mtad.harness.runner import run
 
-    monkeypatch.setattr(mtad.models, "load_pair", _no_model)
+    monkeypatch.setattr(mtad.engine.loading, "load_pair", _no_model)
     cfg = compose_cfg("+experiment=smoke", override, f"results.root={tmp_path}")
     with pytest.raises(ConfigError) as info:
         run(cfg)

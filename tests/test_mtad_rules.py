@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_model
+from mtad.engine.warping import WarpConfig, warp_logprobs
 from mtad.methods.beam import beam_sample, renormalise
 from mtad.methods.mtad import accept_longest_prefix, joint_log_ratios, verify_block
-from mtad.models import ModelRunner, build_tiny_model
-from mtad.warping import WarpConfig, warp_logprobs
 
 
 def table(rows: list[list[float]]) -> torch.Tensor:

@@ -243,7 +243,7 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
 
     import importlib.util
 
-    import mtad.models
+    import mtad.engine.loading
 
     spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
     assert spec and spec.loader
@@ -253,7 +253,7 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded / a run launched during a re-render")
 
-    monkeypatch.setattr(mtad.models, "load_pair", refuse)
+    monkeypatch.setattr(mtad.engine.loading, "load_pair", refuse)
     monkeypatch.setattr(reproduce.subprocess, "run", refuse)
     code = reproduce.main(["all", "--profile", "smoke", "--root", str(study.parent), "--no-wandb"])
     assert code == 0

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from mtad.quality import continuation_logprobs, score_perplexity
+from mtad.tasks.quality import continuation_logprobs, score_perplexity
 
 torch.set_num_threads(1)
 

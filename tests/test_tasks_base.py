@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
+from scripted import ScriptedDecoder
 
-from mtad.models import build_tiny_tokenizer
+from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import TASKS, build_task
 from mtad.tasks.base import (
     Sample,
@@ -20,7 +21,6 @@ from mtad.tasks.base import (
     derive_seed,
     first_stop,
 )
-from mtad.tasks.testing import ScriptedDecoder
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "task"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad.models import build_tiny_tokenizer
+from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks.base import SampleOutput
 from mtad.tasks.humaneval import STOP, HumanEvalTask, program_for
 

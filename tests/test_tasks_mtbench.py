@@ -10,11 +10,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from scripted import ScriptedDecoder
 
-from mtad.models import build_tiny_tokenizer
+from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks.base import SampleOutput, TextGenerator
 from mtad.tasks.mtbench import MTBenchTask, parse_rating
-from mtad.tasks.testing import ScriptedDecoder
 
 
 @pytest.fixture(scope="module")

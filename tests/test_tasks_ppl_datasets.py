@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedDecoder
 
-from mtad.models import build_tiny_tokenizer
+from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import build_task
 from mtad.tasks.base import SampleOutput, TextGenerator
 from mtad.tasks.ppl_datasets import DatasetUnavailable, rouge_scores
-from mtad.tasks.testing import ScriptedDecoder
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "ppl"
 NAMES = ("chatalpaca", "chatgpt_prompts", "cnn_dailymail")

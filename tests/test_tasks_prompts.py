@@ -64,8 +64,9 @@ def test_custom_files_and_errors(tmp_path: Path) -> None:
 def test_end_to_end_on_the_tiny_pair() -> None:
     """The harness's two phases with the real engine: generate, then score with perplexity."""
     from mtad.engine import Decoder
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
     from mtad.methods import build_method
-    from mtad.models import ModelRunner, build_tiny_pair, build_tiny_tokenizer
 
     tok = build_tiny_tokenizer()
     target, draft = build_tiny_pair()

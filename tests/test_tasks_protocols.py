@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad.models import build_tiny_tokenizer
+from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import build_task
 from mtad.tasks.base import SampleOutput
 from mtad.tasks.humaneval import HumanEvalTask, first_function

@@ -38,7 +38,7 @@ class DraftSpec:
 def load_target(args):
     dtype = getattr(torch, args.target_dtype)
     if args.target == "smollm2":
-        from mtad.smollm2 import load_smollm2_target
+        from mtad.engine.smollm2 import load_smollm2_target
 
         model, tok = load_smollm2_target(dtype=dtype, device=args.device)
     elif args.target.startswith("tiny-random:"):

@@ -3,20 +3,21 @@
 * :func:`forward_kl` -- KL(p || q) over the full vocabulary at temperature 1 (the standard
   knowledge-distillation loss; target ``p``, draft ``q``).
 * :func:`sparse_warp` -- the authors' warping (temperature, top-k, then top-p) as a sparse
-  distribution over the top-k slots; equal to :func:`mtad.warping.warp_logprobs` whenever
+  distribution over the top-k slots; equal to :func:`mtad.engine.warping.warp_logprobs` whenever
   ``top_k > 0`` (ties at the k-th logit aside), and cheap enough to use in the training loss.
 * :func:`warped_overlap` -- ``sum_v min(p_w(v), q_w(v))``, the expected acceptance of one drafted
   token under the warping (1 - total variation), differentiable in the draft's logits given
   the draft's kept set; ``1 - overlap`` is the optional TV term of the loss.
 * :func:`heldout_metrics` -- greedy top-1 agreement and expected acceptance computed exactly with
-  the harness's own :func:`mtad.warping.warp_logprobs` over the full vocabulary (report numbers).
+  the harness's own :func:`mtad.engine.warping.warp_logprobs` over the full vocabulary
+  (report numbers).
 """
 
 from __future__ import annotations
 
 import torch
 
-from mtad.warping import WarpConfig, warp_logprobs
+from mtad.engine.warping import WarpConfig, warp_logprobs
 
 AUTHORS_WARP = WarpConfig(temperature=1.0, top_k=10, top_p=0.9)
 

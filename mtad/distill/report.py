@@ -71,8 +71,8 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
         "",
         "Expected acceptance = mean over response positions of sum_v min(p_w(v), q_w(v)) with both "
         "distributions warped as the authors do (temperature 1, top-k 10, top-p 0.9), computed "
-        "with `mtad.warping.warp_logprobs`; greedy agreement = argmax q == argmax p. Responses are "
-        "the target's own warped samples (max "
+        "with `mtad.engine.warping.warp_logprobs`; greedy agreement = argmax q == argmax p. "
+        "Responses are the target's own warped samples (max "
         f"{recipe['args']['eval_max_new']} new tokens).",
         "",
         "| prompts | n | positions | greedy agreement | expected acceptance | raw overlap | KL |",

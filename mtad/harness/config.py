@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 if TYPE_CHECKING:
-    from mtad.models import ModelSpec
+    from mtad.engine.loading import ModelSpec
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -58,7 +58,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelSpecConfig:
-    """Schema of :class:`mtad.models.ModelSpec` (same fields; that class checks the values).
+    """Schema of :class:`mtad.engine.loading.ModelSpec` (same fields; that class checks the values).
 
     Mirrored here so that composing a config (``--cfg job``, errors) does not import torch;
     ``tests/test_configs.py`` keeps the two field lists equal.
@@ -90,7 +90,7 @@ class RuntimeConfig:
     warmup_tokens: int = 8  # one untimed generation of this many tokens first; 0 = none
     progress: bool = True  # tqdm bar over prompts
     # logits head: auto (CPU-friendly projection for float32 CPU models, see
-    # mtad.models.CPUHeadLM), stock (the model's own lm_head call) or fast (force)
+    # mtad.engine.heads.CPUHeadLM), stock (the model's own lm_head call) or fast (force)
     head: str = "auto"
 
     def __post_init__(self) -> None:
@@ -213,11 +213,11 @@ def _typed(node: Any, prefix: str, schema: type, build: Any = None) -> Any:
 def validate(cfg: DictConfig) -> RunSpec:
     """Check every value that can be checked without loading a model; raise :class:`ConfigError`.
 
-    Builds the typed sections, the pair's :class:`~mtad.models.ModelSpec` and the method's
-    params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.models and
+    Builds the typed sections, the pair's :class:`~mtad.engine.loading.ModelSpec` and the method's
+    params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.engine and
     mtad.methods) but loads nothing.
     """
-    from mtad.models import ModelSpec
+    from mtad.engine.loading import ModelSpec
 
     pair_node = cfg.get("pair")
     if pair_node is None:

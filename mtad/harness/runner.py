@@ -98,7 +98,7 @@ def prepare(cfg: DictConfig) -> Prepared:
 
 def _check_local_models(spec: RunSpec, uses_draft: bool) -> None:
     """A missing shipped model folder fails here, not after the target has loaded."""
-    from mtad.models import resolve_path
+    from mtad.engine.loading import resolve_path
 
     for role, model in (("target", spec.target), ("draft", spec.draft if uses_draft else None)):
         if model is None or model.loader != "local":
@@ -214,7 +214,7 @@ def _timer(into: dict[str, float], key: str) -> Iterator[None]:
 
 def _load_pair(prep: Prepared) -> Any:
     """Target, and the draft only when the method uses one."""
-    from mtad.models import load_pair
+    from mtad.engine.loading import load_pair
 
     draft = prep.spec.draft if prep.method.uses_draft else None
     rt = prep.spec.cfg.runtime

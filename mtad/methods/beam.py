@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.models import ModelRunner
-from mtad.warping import (
+from mtad.engine.runner import ModelRunner
+from mtad.engine.warping import (
     NEG_INF,
     WarpConfig,
     sample_with_replacement,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine.warping import sample_from_logprobs, warp_logprobs
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.methods.registry import register_method
-from mtad.warping import sample_from_logprobs, warp_logprobs
 
 
 @dataclass

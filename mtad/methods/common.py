@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.warping import WarpConfig
+from mtad.engine.warping import WarpConfig
 
 
 @dataclass

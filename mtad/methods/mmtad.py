@@ -1,11 +1,11 @@
 """MMTAD [`mmtad`]: MTAD that verifies the draft's whole beam tree in one target forward.
 
-Later version of Qin et al. (arXiv 2407.09722, multi-candidate MTAD). The draft beam-samples
-as in MTAD; every (depth, beam) node of the beam tree goes to the target at once under a tree
-attention mask built from the beam parents (:meth:`mtad.models.ModelRunner.feed_tree`). At each
-depth a node passes when its target joint log-prob minus the largest draft joint log-prob at that
-depth exceeds ``log tau``; the deepest passing depth is accepted, at it the node with the highest
-target joint probability, and one token is sampled from the target at that node.
+Later version of Qin et al. (arXiv 2407.09722, multi-candidate MTAD). The draft beam-samples as in
+MTAD; every (depth, beam) node of the beam tree goes to the target at once under a tree attention
+mask built from the beam parents (:meth:`mtad.engine.runner.ModelRunner.feed_tree`). At each depth a
+node passes when its target joint log-prob minus the largest draft joint log-prob at that depth
+exceeds ``log tau``; the deepest passing depth is accepted, at it the node with the highest target
+joint probability, and one token is sampled from the target at that node.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine.runner import ModelRunner
+from mtad.engine.warping import NEG_INF, sample_from_logprobs, warp_logprobs
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
 from mtad.methods.registry import register_method
-from mtad.models import ModelRunner
-from mtad.warping import NEG_INF, sample_from_logprobs, warp_logprobs
 
 
 @dataclass

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine.warping import Candidates, warp_candidates
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau
 from mtad.methods.registry import register_method
-from mtad.warping import Candidates, warp_candidates
 
 
 @dataclass
@@ -53,7 +53,7 @@ def verify_block(
     logp: torch.Tensor | Candidates, x: torch.Tensor, logq_x: torch.Tensor, tau: float
 ) -> torch.Tensor:
     """Accepted length ``k`` (0-d tensor) for drafted ``x`` ``[g]`` given the warped target
-    ``logp`` (``[g (+1), V]`` log-probs, or :class:`~mtad.warping.Candidates` rows) and the
+    ``logp`` (``[g (+1), V]`` log-probs, or :class:`~mtad.engine.warping.Candidates` rows) and the
     draft's per-token ``logq_x`` ``[g]``."""
     g = x.shape[0]
     if isinstance(logp, Candidates):

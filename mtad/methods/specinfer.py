@@ -18,11 +18,16 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine.runner import ModelRunner
+from mtad.engine.warping import (
+    WarpConfig,
+    sample_from_logprobs,
+    sample_with_replacement,
+    warp_logprobs,
+)
 from mtad.methods.common import SamplingParams
 from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_logprobs
-from mtad.models import ModelRunner
-from mtad.warping import WarpConfig, sample_from_logprobs, sample_with_replacement, warp_logprobs
 
 
 @dataclass

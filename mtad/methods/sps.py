@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine.runner import ModelRunner
+from mtad.engine.warping import NEG_INF, Candidates, WarpConfig, warp_candidates
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.methods.registry import register_method
-from mtad.models import ModelRunner
-from mtad.warping import NEG_INF, Candidates, WarpConfig, warp_candidates
 
 
 @dataclass
@@ -99,7 +99,6 @@ class SpeculativeSampling(DecodingMethod):
     def __init__(self, params: SpSParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
-        self.accept_rule = speculative_accept  # swappable in tests (a broken rule must fail)
 
     def step(self, ctx: DecodeContext) -> StepResult:
         g, warp, greedy = self.params.gamma, self.params.warp, self.params.greedy
@@ -117,7 +116,7 @@ class SpeculativeSampling(DecodingMethod):
                 p = warp_candidates(logits, warp)  # g + 1 rows
                 logp_x = p[:g].logp_of(x)
                 logq_x = q.logp_of(x)
-                accept = self.accept_rule(logp_x, logq_x, ctx.generator)
+                accept = speculative_accept(logp_x, logq_x, ctx.generator)
                 k = int(leading_true_count(accept))  # the one host sync of the iteration
                 # The next token: residual norm(max(0, p - q)) at a rejection, plain target at
                 # the bonus position -- computed for the one row the accepted length picks.

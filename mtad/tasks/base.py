@@ -8,7 +8,8 @@ over decoding only:
    models, raw text otherwise) and decoded by a :class:`TextGenerator` wrapping the engine's
    ``Decoder``; multi-turn samples (MT-Bench) run one generation per turn with the history.
 2. ``result = score_outputs(task, outputs, target_model)``: the task's downstream score
-   (:meth:`Task.score`) plus perplexity under the target (:func:`mtad.quality.score_perplexity`).
+   (:meth:`Task.score`) plus perplexity under the target
+   (:func:`mtad.tasks.quality.score_perplexity`).
 
 Records are flat dicts (one per sample) and metrics a flat dict, so a results table is one
 ``pandas.DataFrame(result.records)`` away.
@@ -377,7 +378,7 @@ def score_outputs(
     result = task.score(outputs)
     if target_model is None:
         return result
-    from mtad.quality import score_perplexity
+    from mtad.tasks.quality import score_perplexity
 
     gens = [g for o in outputs for g in o.generations]
     ppl = score_perplexity(target_model, [g.prompt_ids for g in gens], [g.output_ids for g in gens])

@@ -4,7 +4,7 @@
 decoding method (MTAD, SpS, AR, ...) through :class:`~mtad.tasks.base.TextGenerator`, honouring
 ``until`` and ``max_gen_toks``; sampling settings in ``gen_kwargs`` (``do_sample``,
 ``temperature``) are ignored because the method's config owns the warping. ``loglikelihood`` and
-``loglikelihood_rolling`` score with the target model alone (:mod:`mtad.quality`), with
+``loglikelihood_rolling`` score with the target model alone (:mod:`mtad.tasks.quality`), with
 lm-eval's own context/continuation split (``TemplateLM``) and rolling windows.
 
 :class:`LMEvalTask` runs a list of lm-eval tasks through ``lm_eval.simple_evaluate``. Local tasks
@@ -27,7 +27,6 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from mtad.quality import continuation_logprobs, max_context
 from mtad.tasks.base import (
     DATA_DIR,
     Generation,
@@ -38,6 +37,7 @@ from mtad.tasks.base import (
     TextGenerator,
     resolve_data_path,
 )
+from mtad.tasks.quality import continuation_logprobs, max_context
 
 if TYPE_CHECKING:
     from lm_eval.api.instance import Instance
@@ -202,8 +202,9 @@ def _tiny_generator(
     method: str, family: str, seed: int, params: dict[str, Any]
 ) -> tuple[TextGenerator, PreTrainedModel]:
     from mtad.engine import Decoder
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
     from mtad.methods import build_method
-    from mtad.models import ModelRunner, build_tiny_pair, build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     target, draft = build_tiny_pair(family=family, seed=seed)

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from mtad.models import ModelRunner, check_same_vocab
+from mtad.engine.runner import ModelRunner, check_same_vocab
 
 
 @dataclass

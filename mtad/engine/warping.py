@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 import torch
 
-NEG_INF = float("-inf")
+from mtad.engine._warping_cpu import (  # CPU fast paths; NEG_INF is shared with them
+    NEG_INF,
+    sparse_support,
+    top_k_top_p_candidates,
+    top_k_top_p_masked,
+)
+
+_TINY = torch.finfo(torch.float32).tiny
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ def warp_logprobs(logits: torch.Tensor, warp: WarpConfig) -> torch.Tensor:
     vocab = logits.shape[-1]
     top_k = 0 < warp.top_k < vocab
     if top_k and logits.device.type == "cpu":
-        masked = _top_k_top_p_cpu(logits, warp.top_k, warp.top_p)
+        masked = top_k_top_p_masked(logits, warp.top_k, warp.top_p)
         if masked is not None:
             return torch.log_softmax(masked, dim=-1)
     if top_k:
@@ -91,47 +98,6 @@ def _top_p_drop(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return drop_sorted.scatter(-1, sorted_idx, drop_sorted)
 
 
-_TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
-
-
-def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
-    """The top-k (+ top-p) masked logits of the generic path, bit for bit, in a few passes.
-
-    Sorting and masking 49k-entry rows costs milliseconds per row on a CPU, while only the
-    ``top_k`` survivors matter: one ``topk`` of ``top_k + slack`` candidates holds all of them,
-    top-p runs on those candidates, and the survivors are written into a ``-inf`` row. The
-    survivors' values, and so the result, equal the generic path's exactly: the k-th value is
-    the same, the sorted candidate values (hence softmax and cumulative sums) are the same
-    sequence, and only the order *among equal values* can differ -- which changes the top-p
-    set only when a group of equal values straddles the cut. Those rows (a few percent with
-    bfloat16 logits) take the generic path, and so does everything (``None``) when ties at the
-    k-th value overflow the candidate window. The host reads are free on a CPU, hence CPU-only.
-    """
-    shape = logits.shape
-    vocab = shape[-1]
-    flat = logits.reshape(-1, vocab)
-    found = _top_k_top_p_candidates(flat, top_k, top_p)
-    if found is None:
-        return None
-    idx, top_k_vals, kept, straddle = found
-    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept)
-    if straddle is not None and bool(straddle.any()):
-        m = idx.shape[-1]
-        # The generic path's own sort, on the same top-k-masked rows, decides the order among
-        # equal values; only the first m sorted entries can be finite.
-        rows = straddle.nonzero().flatten()
-        masked = torch.full((rows.numel(), vocab), NEG_INF, dtype=flat.dtype, device=flat.device)
-        masked.scatter_(-1, idx[rows], top_k_vals[rows])
-        sorted_vals, order = torch.sort(masked, dim=-1, descending=True)
-        head, head_idx = sorted_vals[:, :m], order[:, :m]
-        head_probs = head.softmax(dim=-1)
-        head_drop = (head_probs.cumsum(dim=-1) - head_probs) >= top_p
-        out[rows] = torch.full_like(masked, NEG_INF).scatter_(
-            -1, head_idx, head.masked_fill(head_drop, NEG_INF)
-        )
-    return out.reshape(shape)
-
-
 def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Standard Gumbel noise shaped like ``x`` drawn from ``generator`` (no host sync).
 
@@ -143,9 +109,6 @@ def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Ten
     return u.clamp_(min=_TINY).log_().neg_().log_().neg_()
 
 
-_TINY = torch.finfo(torch.float32).tiny
-
-
 def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """``logscores + Gumbel`` (float32), the keys of Gumbel-max / Gumbel-top-k sampling.
 
@@ -155,37 +118,13 @@ def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch
     draws and two logarithms, the bulk of sampling time. The keys have the same
     distribution; the generator's stream is consumed differently (one draw per live entry).
     """
-    live = _sparse_support(logscores)
+    live = sparse_support(logscores)
     if live is None:
         return logscores + gumbel_like(logscores, generator)
     vals = logscores[live].float()
     keys = torch.full(logscores.shape, NEG_INF, dtype=torch.float32)
     keys[live] = vals + gumbel_like(vals, generator)
     return keys
-
-
-def _top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tuple | None:
-    """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
-
-    Returns ``(idx, top_k_vals, kept, straddle)``: candidate ids (by descending value), their
-    values with everything below the k-th at ``-inf``, the values after top-p too, and the
-    rows where equal values straddle the top-p cut (``None`` without top-p), whose kept set
-    depends on the order among equal values; ``None`` when ties at the k-th value overflow
-    the candidate window.
-    """
-    vocab = flat.shape[-1]
-    m = min(vocab, top_k + _TIE_SLACK)
-    vals, idx = _topk_rows(flat, m, top_k)  # sorted, descending
-    kth = vals[:, top_k - 1 : top_k]
-    if m < vocab and bool((vals[:, -1:] >= kth).any()):
-        return None
-    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
-    if top_p >= 1.0:
-        return idx, top_k_vals, top_k_vals, None
-    probs = top_k_vals.softmax(dim=-1)
-    drop = (probs.cumsum(dim=-1) - probs) >= top_p
-    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
-    return idx, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
 
 
 @dataclass(frozen=True)
@@ -262,7 +201,7 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
         if w.temperature != 1.0:
             x = x / w.temperature
         flat = x.reshape(-1, vocab)
-        found = _top_k_top_p_candidates(flat, w.top_k, w.top_p)
+        found = top_k_top_p_candidates(flat, w.top_k, w.top_p)
         if found is not None:
             idx, _, kept, straddle = found
             if straddle is None or not bool(straddle.any()):
@@ -272,53 +211,6 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
     logp = warp_logprobs(logits, warp)
     tokens = torch.arange(vocab, device=logits.device).expand(logp.shape)
     return Candidates(tokens, logp, dense=True)
-
-
-def _sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    """Indices (``nonzero(as_tuple=True)`` order) of the finite entries when they are few (at
-    most 1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper).
-
-    Two levels: the max of every chunk of ``_CHUNK`` entries (one fast vectorised pass) finds
-    the chunks holding a finite entry, and only those are searched -- a full ``nonzero`` over a
-    49k-entry row is ~10x slower than the chunk maxima on a CPU.
-    """
-    if logscores.device.type != "cpu":
-        return None
-    numel = logscores.numel()
-    if numel % _CHUNK or logscores.dim() == 0:
-        live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
-        return live if live[0].numel() * 8 <= numel else None
-    chunks = logscores.reshape(-1, _CHUNK)
-    active = (chunks.amax(dim=-1) > NEG_INF).nonzero().flatten()  # (NaN chunks count as dead)
-    if active.numel() * _CHUNK > numel // 8:
-        return None
-    hit = (chunks[active] > NEG_INF).nonzero()
-    flat = active[hit[:, 0]] * _CHUNK + hit[:, 1]
-    if logscores.dim() == 1:
-        return (flat,)
-    return torch.unravel_index(flat, logscores.shape)
-
-
-_CHUNK = 64
-
-
-def _topk_rows(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.topk(flat, m, dim=-1)`` as far as :func:`_top_k_top_p_cpu` reads it: every
-    value >= the ``top_k``-th largest, with its index, in descending order, and whether the
-    window of ``m`` is full of them. Found among the ``m`` chunks with the largest maxima: an
-    element outside them is at most the m-th chunk maximum, which is below the k-th value
-    unless ties reach it (then plain ``topk`` runs). ~2x faster than ``topk`` on 49k rows."""
-    rows, vocab = flat.shape
-    n_chunks = vocab // _CHUNK
-    if vocab % _CHUNK or n_chunks < 4 * m:
-        return torch.topk(flat, m, dim=-1)
-    chunks = flat.view(rows, n_chunks, _CHUNK)
-    cmax, cidx = torch.topk(chunks.amax(dim=-1), m, dim=-1)
-    cand = chunks.gather(1, cidx[:, :, None].expand(rows, m, _CHUNK)).reshape(rows, m * _CHUNK)
-    vals, pos = torch.topk(cand, m, dim=-1)
-    if bool((cmax[:, -1:] >= vals[:, top_k - 1 : top_k]).any()) or bool(cmax.isnan().any()):
-        return torch.topk(flat, m, dim=-1)
-    return vals, cidx.gather(1, pos // _CHUNK) * _CHUNK + pos % _CHUNK
 
 
 def sample_from_logprobs(
@@ -332,7 +224,7 @@ def sample_from_logprobs(
     if greedy:
         return logprobs.argmax(dim=-1)
     if logprobs.dim() == 1:  # one row: the argmax among the support, no dense keys
-        live = _sparse_support(logprobs)
+        live = sparse_support(logprobs)
         if live is not None and live[0].numel():
             vals = logprobs[live].float()
             return live[0][(vals + gumbel_like(vals, generator)).argmax()]
@@ -352,7 +244,7 @@ def sample_without_replacement(
     """
     k = min(k, logscores.shape[-1])
     if not greedy and logscores.dim() == 1:
-        live = _sparse_support(logscores)
+        live = sparse_support(logscores)
         if live is not None and live[0].numel() >= k:
             # Gumbel-top-k among the finite entries only (all picks are then valid)
             vals = logscores[live].float()

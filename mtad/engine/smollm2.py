@@ -101,7 +101,7 @@ def convert_gguf(
 
     t0 = time.perf_counter()
     if verbose:
-        print(f"[mtad.smollm2] converting {src} -> {folder} (once; ~15-30 s on 2 cores)")
+        print(f"[mtad.engine.smollm2] converting {src} -> {folder} (once; ~15-30 s on 2 cores)")
     tokenizer = AutoTokenizer.from_pretrained(str(src.parent), gguf_file=src.name)
     gmodel = AutoModelForCausalLM.from_pretrained(
         str(src.parent), gguf_file=src.name, dtype=torch.float32
@@ -136,7 +136,7 @@ def convert_gguf(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     if verbose:
-        print(f"[mtad.smollm2] cached in {time.perf_counter() - t0:.1f} s")
+        print(f"[mtad.engine.smollm2] cached in {time.perf_counter() - t0:.1f} s")
     return folder
 
 

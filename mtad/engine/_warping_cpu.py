@@ -1,0 +1,122 @@
+"""CPU fast paths of :mod:`mtad.engine.warping` (private: call the public functions there).
+
+On a CPU, host reads are free and a 49k-entry row is expensive to sort, mask or fill with noise,
+while top-k leaves a few dozen live tokens. These kernels find the top-k (+ top-p) survivors among
+a small candidate window and the live entries of mostly ``-inf`` rows; each returns what the
+generic path would (bit for bit where stated) or ``None`` when it cannot, and the caller then takes
+the generic path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NEG_INF = float("-inf")
+_TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
+_CHUNK = 64
+
+
+def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
+    """The top-k (+ top-p) masked logits of the generic path, bit for bit, in a few passes.
+
+    Sorting and masking 49k-entry rows costs milliseconds per row on a CPU, while only the
+    ``top_k`` survivors matter: one ``topk`` of ``top_k + slack`` candidates holds all of them,
+    top-p runs on those candidates, and the survivors are written into a ``-inf`` row. The
+    survivors' values, and so the result, equal the generic path's exactly: the k-th value is
+    the same, the sorted candidate values (hence softmax and cumulative sums) are the same
+    sequence, and only the order *among equal values* can differ -- which changes the top-p
+    set only when a group of equal values straddles the cut. Those rows (a few percent with
+    bfloat16 logits) take the generic path, and so does everything (``None``) when ties at the
+    k-th value overflow the candidate window. The host reads are free on a CPU, hence CPU-only.
+    """
+    shape = logits.shape
+    vocab = shape[-1]
+    flat = logits.reshape(-1, vocab)
+    found = top_k_top_p_candidates(flat, top_k, top_p)
+    if found is None:
+        return None
+    idx, top_k_vals, kept, straddle = found
+    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept)
+    if straddle is not None and bool(straddle.any()):
+        m = idx.shape[-1]
+        # The generic path's own sort, on the same top-k-masked rows, decides the order among
+        # equal values; only the first m sorted entries can be finite.
+        rows = straddle.nonzero().flatten()
+        masked = torch.full((rows.numel(), vocab), NEG_INF, dtype=flat.dtype, device=flat.device)
+        masked.scatter_(-1, idx[rows], top_k_vals[rows])
+        sorted_vals, order = torch.sort(masked, dim=-1, descending=True)
+        head, head_idx = sorted_vals[:, :m], order[:, :m]
+        head_probs = head.softmax(dim=-1)
+        head_drop = (head_probs.cumsum(dim=-1) - head_probs) >= top_p
+        out[rows] = torch.full_like(masked, NEG_INF).scatter_(
+            -1, head_idx, head.masked_fill(head_drop, NEG_INF)
+        )
+    return out.reshape(shape)
+
+
+def top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tuple | None:
+    """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
+
+    Returns ``(idx, top_k_vals, kept, straddle)``: candidate ids (by descending value), their
+    values with everything below the k-th at ``-inf``, the values after top-p too, and the
+    rows where equal values straddle the top-p cut (``None`` without top-p), whose kept set
+    depends on the order among equal values; ``None`` when ties at the k-th value overflow
+    the candidate window.
+    """
+    vocab = flat.shape[-1]
+    m = min(vocab, top_k + _TIE_SLACK)
+    vals, idx = topk_rows(flat, m, top_k)  # sorted, descending
+    kth = vals[:, top_k - 1 : top_k]
+    if m < vocab and bool((vals[:, -1:] >= kth).any()):
+        return None
+    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
+    if top_p >= 1.0:
+        return idx, top_k_vals, top_k_vals, None
+    probs = top_k_vals.softmax(dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs) >= top_p
+    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
+    return idx, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
+
+
+def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """Indices (``nonzero(as_tuple=True)`` order) of the finite entries when they are few (at
+    most 1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper).
+
+    Two levels: the max of every chunk of ``_CHUNK`` entries (one fast vectorised pass) finds
+    the chunks holding a finite entry, and only those are searched -- a full ``nonzero`` over a
+    49k-entry row is ~10x slower than the chunk maxima on a CPU.
+    """
+    if logscores.device.type != "cpu":
+        return None
+    numel = logscores.numel()
+    if numel % _CHUNK or logscores.dim() == 0:
+        live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
+        return live if live[0].numel() * 8 <= numel else None
+    chunks = logscores.reshape(-1, _CHUNK)
+    active = (chunks.amax(dim=-1) > NEG_INF).nonzero().flatten()  # (NaN chunks count as dead)
+    if active.numel() * _CHUNK > numel // 8:
+        return None
+    hit = (chunks[active] > NEG_INF).nonzero()
+    flat = active[hit[:, 0]] * _CHUNK + hit[:, 1]
+    if logscores.dim() == 1:
+        return (flat,)
+    return torch.unravel_index(flat, logscores.shape)
+
+
+def topk_rows(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk(flat, m, dim=-1)`` as far as :func:`top_k_top_p_masked` reads it: every
+    value >= the ``top_k``-th largest, with its index, in descending order, and whether the
+    window of ``m`` is full of them. Found among the ``m`` chunks with the largest maxima: an
+    element outside them is at most the m-th chunk maximum, which is below the k-th value
+    unless ties reach it (then plain ``topk`` runs). ~2x faster than ``topk`` on 49k rows."""
+    rows, vocab = flat.shape
+    n_chunks = vocab // _CHUNK
+    if vocab % _CHUNK or n_chunks < 4 * m:
+        return torch.topk(flat, m, dim=-1)
+    chunks = flat.view(rows, n_chunks, _CHUNK)
+    cmax, cidx = torch.topk(chunks.amax(dim=-1), m, dim=-1)
+    cand = chunks.gather(1, cidx[:, :, None].expand(rows, m, _CHUNK)).reshape(rows, m * _CHUNK)
+    vals, pos = torch.topk(cand, m, dim=-1)
+    if bool((cmax[:, -1:] >= vals[:, top_k - 1 : top_k]).any()) or bool(cmax.isnan().any()):
+        return torch.topk(flat, m, dim=-1)
+    return vals, cidx.gather(1, pos // _CHUNK) * _CHUNK + pos % _CHUNK

@@ -1,0 +1,240 @@
+"""The KV-cache wrapper every decoding method shares.
+
+:class:`ModelRunner` owns one Hugging Face causal LM and its transformers ``DynamicCache``. It
+knows exactly which token ids its cache holds (``cached_ids``), so methods never slice caches by
+hand: they *feed* what the cache lacks (:meth:`ModelRunner.feed`), *crop* on rollback (a view, no
+copy), and *select rows* on beam reorder (``DynamicCache.reorder_cache``), as transformers'
+candidate generators do (``generation/candidate_generator.py``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from mtad.engine.heads import CPUHeadLM, head_for
+
+# Attention implementations that apply a custom 4-D *additive* mask as given (transformers
+# passes a 4-D mask through untouched): the ones tree verification may use. FlashAttention
+# kernels take no arbitrary mask, so a tree forward there would silently attend causally.
+TREE_ATTENTION_IMPLS = ("eager", "sdpa")
+
+
+def vocab_size_of(model: PreTrainedModel) -> int:
+    """Width of the model's output distribution (may exceed the tokenizer's vocabulary)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> None:
+    t, d = vocab_size_of(target), vocab_size_of(draft)
+    if t != d:
+        raise ValueError(
+            f"draft: vocabulary size {d} differs from the target's {t}; "
+            "draft and target must share one tokenizer"
+        )
+
+
+class ModelRunner:
+    """A causal LM plus its KV cache, with the cache bookkeeping methods need.
+
+    ``cached_ids[r, :]`` are the ids whose keys/values sit in row ``r`` of the cache. Callers keep
+    the invariant that the cache holds a prefix of the committed sequence (plus, transiently,
+    drafted tokens), so catching up is always "feed ``ids[cache_len:]``".
+    """
+
+    def __init__(self, model: PreTrainedModel, role: str = "model", head: str = "auto") -> None:
+        self.model = model.eval()
+        self.role = role
+        self.device = next(model.parameters()).device
+        self.vocab_size = vocab_size_of(model)
+        self.forwards = 0
+        # what is called for logits: the model, or the model with a CPU-friendly head
+        self.net = head_for(self.model, head)
+        self.head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
+        # transformers renamed ``past_key_values`` to ``cache`` during 5.x; accept both.
+        body = model.base_model if self.head == "fast" else model
+        params = inspect.signature(body.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._can_trim_logits = self.head == "fast" or "logits_to_keep" in params
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty the cache and the forward counter (start of a new prompt)."""
+        self.cache = DynamicCache(config=self.model.config)
+        self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
+        self.forwards = 0
+        self.sliding_window = sliding_window_of(self.cache)
+
+    def _check_window(self, new: int) -> None:
+        """Refuse a forward that would fill a sliding-window layer (Mistral-style).
+
+        Rollback is a cache crop; a sliding-window layer keeps only its last ``window - 1``
+        keys once the window is reached and cannot be cropped back past that point (transformers
+        raises, or without recorded past states would keep wrong ones), and a tree mask over the
+        full context would not match its shortened keys. Below the window the layer is a plain
+        cache and everything is exact, so short generations run and longer ones stop here.
+        """
+        w = self.sliding_window
+        if w is not None and self.cache_len + new >= w:
+            raise RuntimeError(
+                f"{self.role}: the model uses sliding-window attention (window {w} tokens) and "
+                f"this forward would reach {self.cache_len + new} cached tokens; its cache cannot "
+                "be rolled back past the window, so speculative rollback would be wrong. Refused: "
+                "shorten the prompt / task.max_new_tokens to stay under the window, or use a "
+                "model without sliding-window attention."
+            )
+
+    @property
+    def cache_len(self) -> int:
+        return self.cached_ids.shape[1]
+
+    @property
+    def rows(self) -> int:
+        return self.cached_ids.shape[0]
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+        """Run ``input_ids`` ``[rows, n]`` after the cached context.
+
+        Returns logits ``[rows, keep, V]`` of the last ``keep`` positions (all when 0): the
+        full-vocabulary head is skipped for prompt positions nobody reads.
+        """
+        logits = self._logits(input_ids, keep)
+        if keep:
+            logits = logits[:, -keep:]
+        self.cached_ids = torch.cat([self.cached_ids, input_ids], dim=1)
+        self.forwards += 1
+        return logits
+
+    def _logits(self, input_ids: torch.Tensor, keep: int, **kwargs: Any) -> torch.Tensor:
+        """One forward through the cache; logits of (at least) the last ``keep`` positions."""
+        self._check_window(input_ids.shape[1])
+        kwargs.update({self._cache_kw: self.cache, "use_cache": True})
+        if keep and self._can_trim_logits:
+            kwargs["logits_to_keep"] = keep
+        out = self.net(input_ids=input_ids, **kwargs)
+        return out if isinstance(out, torch.Tensor) else out.logits
+
+    def feed(self, ids: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed the part of the 1-D committed sequence ``ids`` the cache lacks, then ``extra``.
+
+        Returns logits ``[rows, 1 + len(extra), V]``: the last committed position (predicting
+        the first new token) and every ``extra`` position. At least one token is always fed: the
+        cache never holds the last committed token, whose logits predict the next one.
+        """
+        pending = ids[self.cache_len :]
+        keep = 1
+        if extra is not None:
+            pending = torch.cat([pending, extra])
+            keep += extra.numel()
+        if pending.numel() == 0:
+            raise RuntimeError(f"{self.role}: nothing to feed (cache already holds all ids)")
+        return self.forward(pending.unsqueeze(0).expand(self.rows, -1), keep=keep)
+
+    @torch.inference_mode()
+    def feed_tree(
+        self, ids: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor
+    ) -> torch.Tensor:
+        """Feed the committed tokens the cache lacks plus a token tree, in one forward.
+
+        ``tokens``/``parents``/``depths`` are ``[N]``, nodes in breadth-first order; ``parents[i]``
+        is the index of node ``i``'s parent or ``-1`` under the last committed token; depth 1 is
+        the first drafted position. Each node attends to the committed context and its own
+        ancestors only (a tree attention mask, as in SpecInfer, Miao et al., ASPLOS 2024).
+        Returns logits ``[1 + N, V]``: the last committed position, then every node. The tree's
+        keys/values are scratch: call :meth:`crop` back to ``len(ids)`` before the next feed.
+
+        The mask is passed as an additive float mask (0 where allowed, the dtype's minimum
+        elsewhere): SDPA reads a boolean mask as "keep", but eager attention *adds* the mask to
+        the scores, so a boolean one would add 0/1 and mask nothing. The float form means the
+        same to both (:func:`additive_mask`); other implementations are refused.
+        """
+        if self.rows != 1:
+            raise RuntimeError(f"{self.role}: tree verification needs a single-row cache")
+        self.check_tree_attention()
+        start = self.cache_len
+        pending = ids[start:]
+        p, n = pending.numel(), tokens.numel()
+        dev = self.device
+        # ancestor-or-self relation: transitive closure of (identity + parent links) by
+        # repeated boolean squaring, log2(N) small matmuls and no host sync
+        idx = torch.arange(n, device=dev)
+        anc = torch.zeros(n, n, dtype=torch.bool, device=dev)
+        anc[idx, idx] = True
+        has = parents >= 0
+        anc[idx[has], parents[has]] = True
+        for _ in range(max(1, n).bit_length()):
+            anc = (anc.float() @ anc.float()) > 0
+        allow = torch.zeros(p + n, start + p + n, dtype=torch.bool, device=dev)
+        allow[:, :start] = True
+        allow[:p, start : start + p] = torch.ones(p, p, dtype=torch.bool, device=dev).tril()
+        allow[p:, start : start + p] = True
+        allow[p:, start + p :] = anc
+        positions = torch.cat(
+            [torch.arange(start, start + p, device=dev), start + p - 1 + depths.to(dev)]
+        )
+        logits = self._logits(
+            torch.cat([pending, tokens]).unsqueeze(0),
+            n + 1,
+            attention_mask=additive_mask(allow, self.model.dtype)[None, None],
+            position_ids=positions.unsqueeze(0),
+        )[0, -(n + 1) :]
+        self.cached_ids = torch.cat([self.cached_ids, pending[None], tokens[None]], dim=1)
+        self.forwards += 1
+        return logits
+
+    @property
+    def attn_implementation(self) -> str:
+        return str(getattr(self.model.config, "_attn_implementation", None) or "eager")
+
+    def check_tree_attention(self) -> None:
+        """Raise unless the model's attention applies a custom tree mask (eager or SDPA)."""
+        impl = self.attn_implementation
+        if impl not in TREE_ATTENTION_IMPLS:
+            raise ValueError(
+                f"{self.role}: tree verification needs attn_implementation in "
+                f"{TREE_ATTENTION_IMPLS} (a custom 4-D mask); this model uses {impl!r}, which "
+                "would ignore the tree mask. Load it with attn_implementation='sdpa'."
+            )
+
+    def crop(self, length: int) -> None:
+        """Roll the cache back to its first ``length`` positions (a view: nothing is copied)."""
+        remove = self.cache_len - length
+        if remove > 0:
+            # transformers >= 5 takes a negative count of tokens to drop (4.x accepted it too).
+            self.cache.crop(-remove)
+            self.cached_ids = self.cached_ids[:, :length]
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep / reorder cache rows by index (beam reorder or picking the winning beam)."""
+        self.cache.reorder_cache(rows)
+        self.cached_ids = self.cached_ids.index_select(0, rows)
+
+    def repeat_rows(self, n: int) -> None:
+        """Turn a one-row cache into ``n`` identical rows (the start of a beam search)."""
+        if n != 1:
+            self.cache.batch_repeat_interleave(n)
+            self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+
+
+def sliding_window_of(cache: DynamicCache) -> int | None:
+    """The smallest sliding window among the cache's layers (None: full attention only)."""
+    windows = [
+        int(layer.sliding_window)
+        for layer in getattr(cache, "layers", [])
+        if getattr(layer, "sliding_window", None)
+    ]
+    return min(windows) if windows else None
+
+
+def additive_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean "may attend" mask as the additive float mask attention adds to its scores:
+    0 where allowed, ``finfo(dtype).min`` elsewhere (what transformers' own mask builders use;
+    not ``-inf``, which turns a fully masked row into NaN)."""
+    if not dtype.is_floating_point:
+        dtype = torch.float32
+    zero = torch.zeros((), dtype=dtype, device=allow.device)
+    return torch.where(allow, zero, torch.finfo(dtype).min)
