@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from bench import common
-from bench.overhead import DEFAULT_METHODS, METHOD_PARAMS, parse_methods
+from bench.overhead import DEFAULT_METHODS, parse_methods
 
 
 def child(args: argparse.Namespace) -> None:
@@ -31,7 +31,7 @@ def child(args: argparse.Namespace) -> None:
     bp = common.load_bench_pair(args, need_draft=METHODS[args.child][1].uses_draft)
     prompts = common.load_prompts(args, bp.tokenizer)
     dec = Decoder(
-        build_method(args.child, **METHOD_PARAMS.get(args.child, {})),
+        build_method(args.child),
         bp.target,
         bp.draft,
         common.eos_ids(bp),

@@ -36,6 +36,7 @@ from pathlib import Path
 from bench import common
 from mtad.engine import Decoder
 from mtad.methods import build_method
+from mtad.methods.mtad import MTADParams
 
 WORKER = common.REPO / "bench" / "authors_worker.py"
 
@@ -108,15 +109,7 @@ def run(args: argparse.Namespace) -> dict:
         "temperature": args.temperature,
     }
     ours = Decoder(
-        build_method(
-            "mtad",
-            gamma=args.gamma,
-            beam_width=args.beam_width,
-            tau=args.tau,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            temperature=args.temperature,
-        ),
+        build_method("mtad", **settings),
         bp.target,
         bp.draft,
         eos,
@@ -260,12 +253,13 @@ def main(argv: list[str] | None = None) -> dict:
         help="python of a venv with torch==2.13.0 transformers==4.44.2",
     )
     ap.add_argument("--repeats", type=int, default=1, help="seeds per prompt")
-    ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--beam-width", type=int, default=4)
-    ap.add_argument("--tau", type=float, default=0.5)
-    ap.add_argument("--top-k", type=int, default=10)
-    ap.add_argument("--top-p", type=float, default=0.9)
-    ap.add_argument("--temperature", type=float, default=1.0)
+    d = MTADParams  # the defaults live in the params dataclass
+    ap.add_argument("--gamma", type=int, default=d.gamma)
+    ap.add_argument("--beam-width", type=int, default=d.beam_width)
+    ap.add_argument("--tau", type=float, default=d.tau)
+    ap.add_argument("--top-k", type=int, default=d.top_k)
+    ap.add_argument("--top-p", type=float, default=d.top_p)
+    ap.add_argument("--temperature", type=float, default=d.temperature)
     ap.add_argument("--verbose", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -11,6 +11,7 @@ import pytest
 
 from bench import overhead, vs_assisted
 from bench.common import FALLBACK_PROMPTS, ForwardClock, truncate_at_eos
+from mtad.methods import METHODS
 
 TINY = ["--pair", "tiny", "--prompts", "2", "--max-new", "10"]
 REPO = Path(__file__).resolve().parents[1]
@@ -18,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_overhead_bench_every_method(capsys) -> None:
     res = overhead.main([*TINY, "--methods", "all"])
-    assert set(res) == set(overhead.METHOD_PARAMS)
+    assert set(res) == set(METHODS)
     for r in res.values():
         s = r["stats"]
         assert s.new_tokens > 0

@@ -193,7 +193,8 @@ class RunSpec:
     target: ModelSpec
     draft: ModelSpec | None
     method_name: str
-    method_params: dict[str, Any]
+    params: Any  # the method's params dataclass, built once here
+    method_params: dict[str, Any]  # the same as a dict (result record, run signature)
     task_name: str
 
 
@@ -242,6 +243,7 @@ def validate(cfg: DictConfig) -> RunSpec:
     if not method_name:
         raise ConfigError("method.name", "missing (pick a method: method=<name>)")
     params = _method_params(str(method_name), method)
+    params_dict = dataclasses.asdict(params)
 
     task = OmegaConf.to_container(cfg.get("task") or {}, resolve=True)
     assert isinstance(task, dict)
@@ -257,16 +259,16 @@ def validate(cfg: DictConfig) -> RunSpec:
 
     run_cfg = RunConfig(
         pair=pair,
-        method={"name": method_name, **params},
+        method={"name": method_name, **params_dict},
         task=task,
         tags=list(cfg.get("tags") or []),
         **typed,
     )
-    return RunSpec(run_cfg, target, draft, str(method_name), params, str(task_name))
+    return RunSpec(run_cfg, target, draft, str(method_name), params, params_dict, str(task_name))
 
 
-def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The method's validated params with defaults filled in (no model is built)."""
+def _method_params(name: str, params: dict[str, Any]) -> Any:
+    """The method's validated params dataclass, defaults filled in (no model is built)."""
     from mtad.methods import METHODS, build_params
 
     if name not in METHODS:
@@ -276,4 +278,4 @@ def _method_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError) as err:
         names = [f.name for f in dataclasses.fields(build_params(name))]
         raise ConfigError.from_exception("method", err, names) from err
-    return dataclasses.asdict(obj)
+    return obj

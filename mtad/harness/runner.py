@@ -77,11 +77,11 @@ class Prepared:
 def prepare(cfg: DictConfig) -> Prepared:
     """Validate ``cfg``, build the method and the task (its data, no model). Raises
     :class:`ConfigError`."""
-    from mtad.methods import build_method
+    from mtad.methods import make_method
 
     spec = validate(cfg)
     task = build_task(spec)
-    method = build_method(spec.method_name, **spec.method_params)
+    method = make_method(spec.method_name, spec.params)
     if method.uses_draft and spec.draft is None:
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
     _check_local_models(spec, method.uses_draft)

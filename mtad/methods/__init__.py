@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from mtad.methods.registry import METHODS, build_method, build_params
+from mtad.methods.registry import METHODS, build_method, build_params, make_method
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 for _name in sorted(METHODS):  # name order, whatever order the modules imported each other in
     METHODS[_name] = METHODS.pop(_name)
 
-__all__ = ["METHODS", "build_method", "build_params"]
+__all__ = ["METHODS", "build_method", "build_params", "make_method"]

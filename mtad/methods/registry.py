@@ -57,6 +57,11 @@ def build_params(name: str, **params: Any) -> Any:
     return cls(**params)
 
 
+def make_method(name: str, params: Any) -> DecodingMethod:
+    """Method ``name`` built from an already validated params dataclass (:func:`build_params`)."""
+    return METHODS[name][1](params)
+
+
 def build_method(name: str, **params: Any) -> DecodingMethod:
-    params_obj = build_params(name, **params)
-    return METHODS[name][1](params_obj)
+    """Method ``name`` from keyword params (defaults: the params dataclass's)."""
+    return make_method(name, build_params(name, **params))
