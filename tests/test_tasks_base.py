@@ -12,15 +12,8 @@ from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import TASKS, build_task
-from mtad.tasks.base import (
-    Sample,
-    SampleOutput,
-    Task,
-    TaskResult,
-    TextGenerator,
-    derive_seed,
-    first_stop,
-)
+from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult
+from mtad.tasks.generator import TextGenerator, derive_seed, first_stop
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "task"
 

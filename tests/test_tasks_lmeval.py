@@ -19,7 +19,8 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.api.registry import get_model  # noqa: E402
 
 from mtad.tasks import build_task, score_outputs  # noqa: E402
-from mtad.tasks.lmeval import LOCAL_TASKS_DIR, MTADLM, materialize_local_tasks  # noqa: E402
+from mtad.tasks.lmeval import LOCAL_TASKS_DIR, materialize_local_tasks  # noqa: E402
+from mtad.tasks.lmeval_model import MTADLM  # noqa: E402
 from mtad.tasks.quality import continuation_logprobs  # noqa: E402
 
 torch.set_num_threads(1)

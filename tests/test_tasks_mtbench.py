@@ -13,7 +13,8 @@ import pytest
 from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
-from mtad.tasks.base import SampleOutput, TextGenerator
+from mtad.tasks.base import SampleOutput
+from mtad.tasks.generator import TextGenerator
 from mtad.tasks.mtbench import MTBenchTask, parse_rating
 
 

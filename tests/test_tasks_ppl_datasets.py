@@ -12,7 +12,8 @@ from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import build_task
-from mtad.tasks.base import SampleOutput, TextGenerator
+from mtad.tasks.base import SampleOutput
+from mtad.tasks.generator import TextGenerator
 from mtad.tasks.ppl_datasets import DatasetUnavailable, rouge_scores
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "ppl"

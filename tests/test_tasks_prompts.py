@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from mtad.tasks import build_task, score_outputs, total_stats
-from mtad.tasks.base import DATA_DIR, TextGenerator
+from mtad.tasks.base import DATA_DIR
+from mtad.tasks.generator import TextGenerator
 from mtad.tasks.prompts import PromptsTask
 
 torch.set_num_threads(1)

@@ -223,7 +223,7 @@ def _load_pair(prep: Prepared) -> Any:
 
 def _generator(prep: Prepared, pair: Any) -> Any:
     from mtad.engine import Decoder
-    from mtad.tasks.base import TextGenerator
+    from mtad.tasks.generator import TextGenerator
 
     seed = prep.spec.cfg.runtime.seed
     decoder = Decoder(prep.method, pair.target, pair.draft, eos_token_ids=_eos_ids(pair), seed=seed)

@@ -19,10 +19,10 @@ from mtad.tasks.base import (
     SampleOutput,
     Task,
     TaskResult,
-    TextGenerator,
     score_outputs,
     total_stats,
 )
+from mtad.tasks.generator import TextGenerator
 
 # name -> "module:class"
 TASKS: dict[str, str] = {

@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, TextGenerator
+from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult
+from mtad.tasks.generator import TextGenerator
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
