@@ -12,12 +12,8 @@ from pathlib import Path
 import pytest
 
 from mtad.tasks.base import SampleOutput
-from mtad.tasks.spider import (
-    QueryRefused,
-    SpiderTask,
-    clean_prediction,
-    execute_readonly,
-)
+from mtad.tasks.spider import SpiderTask, clean_prediction
+from mtad.tasks.sqlite_readonly import QueryRefused, execute_readonly
 
 QUESTIONS = [
     ("concerts", "How many singers are there?", "SELECT count(*) FROM singer"),
