@@ -3,6 +3,9 @@
 The parent starts this file as ``python -I -B _sandbox_child.py '<json spec>'`` in a fresh,
 single-threaded interpreter (so the multi-threaded parent needs no unsafe ``preexec_fn``), with
 the throwaway working directory as cwd. Standard library only; never imported by the harness.
+One file on purpose (~380 lines): ``-I`` keeps the script's own folder off ``sys.path`` and the
+program's workdir is cwd, so the child can import nothing beside it; splitting it would mean
+putting the package on the sandboxed interpreter's path.
 
 Process layout (when namespaces are available)::
 
