@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.warping import warp_candidates
+from mtad.engine import DecodeContext, DecodingMethod, StepResult, warp_candidates
 from mtad.methods.common import SamplingParams
 from mtad.methods.registry import register_method
 

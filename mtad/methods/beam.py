@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine.runner import ModelRunner
-from mtad.engine.warping import (
+from mtad.engine import (
     NEG_INF,
+    ModelRunner,
     WarpConfig,
     sample_with_replacement,
     sample_without_replacement,

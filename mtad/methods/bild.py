@@ -25,8 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.warping import sample_from_logprobs, warp_logprobs
+from mtad.engine import (
+    DecodeContext,
+    DecodingMethod,
+    StepResult,
+    sample_from_logprobs,
+    warp_logprobs,
+)
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.methods.registry import register_method
 

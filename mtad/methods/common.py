@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine.warping import WarpConfig
+from mtad.engine import WarpConfig
 
 
 @dataclass

@@ -15,9 +15,15 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.runner import ModelRunner
-from mtad.engine.warping import NEG_INF, sample_from_logprobs, warp_logprobs
+from mtad.engine import (
+    NEG_INF,
+    DecodeContext,
+    DecodingMethod,
+    ModelRunner,
+    StepResult,
+    sample_from_logprobs,
+    warp_logprobs,
+)
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
 from mtad.methods.registry import register_method

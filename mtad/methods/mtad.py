@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.warping import Candidates, warp_candidates
+from mtad.engine import Candidates, DecodeContext, DecodingMethod, StepResult, warp_candidates
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau
 from mtad.methods.registry import register_method

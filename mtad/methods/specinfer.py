@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.runner import ModelRunner
-from mtad.engine.warping import (
+from mtad.engine import (
+    DecodeContext,
+    DecodingMethod,
+    ModelRunner,
+    StepResult,
     WarpConfig,
     sample_from_logprobs,
     sample_with_replacement,

@@ -14,9 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
-from mtad.engine.runner import ModelRunner
-from mtad.engine.warping import NEG_INF, Candidates, WarpConfig, warp_candidates
+from mtad.engine import (
+    NEG_INF,
+    Candidates,
+    DecodeContext,
+    DecodingMethod,
+    ModelRunner,
+    StepResult,
+    WarpConfig,
+    warp_candidates,
+)
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.methods.registry import register_method
 
