@@ -80,9 +80,14 @@ def _baseline_ratio(
     if column not in df.columns:
         return pd.Series(float("nan"), index=df.index)
     keys = [k for k in keys if k in df.columns]
-    base = df[df["method"] == baseline].groupby(keys, dropna=False)[column].mean()
+    # Null keys (gpu_model on a CPU) become one sentinel: groupby turns None into a float NaN
+    # that a merge with the original object column refuses.
+    frame = df[keys + [column, "method"]].copy()
+    for key in keys:
+        frame[key] = frame[key].astype(object).where(frame[key].notna(), "<none>")
+    base = frame[frame["method"] == baseline].groupby(keys)[column].mean()
     base = base.rename("_base").reset_index()
-    merged = df[keys + [column]].merge(base, on=keys, how="left")
+    merged = frame[keys + [column]].merge(base, on=keys, how="left")
     merged.index = df.index
     if higher_is_better:
         return merged[column] / merged["_base"]

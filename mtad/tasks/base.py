@@ -231,8 +231,8 @@ class Task(abc.ABC):
         chat_template: str | bool = "auto",
         max_new_tokens: int = 256,
     ) -> None:
-        if limit is not None and limit < 0:
-            raise ValueError(f"task.limit must be >= 0 or null, got {limit}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"task.limit must be >= 1 or null (all samples), got {limit}")
         if offset < 0:
             raise ValueError(f"task.offset must be >= 0, got {offset}")
         if chat_template not in CHAT_MODES:
