@@ -211,11 +211,15 @@ def check_vocab(target: ModelSpec, draft: ModelSpec) -> None:
 
 
 def check_writable(key: str, folder: Path) -> None:
-    """Create ``folder`` (and parents) and a file inside it, then remove the file."""
+    """``folder`` can be created and written: a probe directory is made (and removed) in its
+    nearest existing ancestor, so the check leaves nothing behind."""
+    folder = Path(folder).expanduser().absolute()
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(key, f"{folder} is not writable ({ancestor} is not a folder)")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".mtad-write-probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        os.rmdir(tempfile.mkdtemp(prefix=".mtad-write-probe-", dir=ancestor))
     except OSError as err:
         raise ConfigError(key, f"{folder} is not writable ({err.strerror or err})") from err
