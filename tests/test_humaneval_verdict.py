@@ -54,7 +54,9 @@ def test_early_exits_with_status_zero_fail(task: HumanEvalTask) -> None:
     texts = [*EARLY_ENDS.values(), canonical + "\nimport sys\nsys.exit(0)\n", canonical]
     res = task.score([SampleOutput.from_texts(sample, [t]) for t in texts])
     names = [*EARLY_ENDS, "module-level sys.exit after the body"]
-    verdicts = {n: (r["passed"], r["exec_status"]) for n, r in zip(names, res.records)}
+    verdicts = {
+        n: (r["passed"], r["exec_status"]) for n, r in zip(names, res.records, strict=False)
+    }
     assert all(not passed for passed, _ in verdicts.values()), verdicts
     # exit status 0 alone is what these produce: the sandbox reports them as incomplete
     for name in ("os._exit(0)", "sys.exit(0)", "raise SystemExit", "fake markers", "atexit"):
