@@ -259,7 +259,7 @@ class Task(abc.ABC):
             self._samples = everything[self.offset : end]
             if self.offset and not self._samples:
                 raise ValueError(
-                    f"task.offset={self.offset} is past the end of {self.name} "
+                    f"task.offset: {self.offset} is past the end of {self.name} "
                     f"({len(everything)} samples)"
                 )
         return self._samples
