@@ -99,14 +99,13 @@ def test_slurm_sweep_with_a_cancelled_job_completes_every_run_once(
                 continue
             started = wandb_run_id(STUDY, claim.parent.name) in offline_runs(tmp_path / "wandb")
             written = (claim.parent / "config.yaml").exists()
-            if owner.get("slurm_job_id") and started and not written:
-                # SIGKILL to every process of the job, as a node failure or a hard
-                # pre-emption would: the run gets no chance to finish or clean up.
-                subprocess.run(
-                    ["scancel", "--full", "--signal=KILL", owner["slurm_job_id"]], check=True
-                )
-                cancelled = (claim.parent, owner["slurm_job_id"])
-                break
+            if owner.get("slurm_job") and started and not written:
+                # SIGKILL to every process of the job (``<array>_<task>``: only this task), as
+                # a node failure or a hard pre-emption would: no chance to finish or clean up.
+                sent = subprocess.run(["scancel", "--full", "--signal=KILL", owner["slurm_job"]])
+                if sent.returncode == 0:  # else the job ended just before: try another
+                    cancelled = (claim.parent, owner["slurm_job"])
+                    break
         time.sleep(0.05)
     out, _ = first.communicate(timeout=300)
     assert cancelled is not None, f"no job was caught mid-run:\n{out[-3000:]}"

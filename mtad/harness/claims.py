@@ -52,6 +52,14 @@ def owner_info() -> dict[str, Any]:
     """Who runs this process: host, pid, SLURM job (when under SLURM), start time."""
     info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid()}
     info.update({k.lower(): os.environ[k] for k in SLURM_KEYS if k in os.environ})
+    if "SLURM_ARRAY_TASK_ID" in os.environ:
+        # what scancel / squeue take for this array task (SLURM_JOB_ID of the array's first
+        # task is the array's own id: signalling it would reach every task)
+        info["slurm_job"] = (
+            f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+        )
+    elif "SLURM_JOB_ID" in os.environ:
+        info["slurm_job"] = os.environ["SLURM_JOB_ID"]
     info["since"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return info
 
@@ -60,8 +68,8 @@ def describe(owner: dict[str, Any]) -> str:
     if not owner:
         return "another process"
     text = f"{owner.get('host', '?')} pid {owner.get('pid', '?')}"
-    if owner.get("slurm_job_id"):
-        text += f" (SLURM job {owner['slurm_job_id']})"
+    if owner.get("slurm_job"):
+        text += f" (SLURM job {owner['slurm_job']})"
     if owner.get("since"):
         text += f" since {owner['since']}"
     return text
