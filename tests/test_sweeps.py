@@ -327,3 +327,32 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
         outputs.append((outcome.result_dir / "samples.jsonl").read_bytes())
     assert outputs[0] == outputs[1]
     assert b'"output"' in outputs[0]
+
+
+# ------------------------------------------------------------------------------------------
+# Build 7: the signature follows the hardware that changes results, not the thread count
+
+
+def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
+    from mtad.harness.runner import prepare
+    from mtad.harness.signature import run_signature
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["+experiment=smoke"])
+        bf16 = compose("config", overrides=["+experiment=smoke", "pair.target.dtype=bfloat16"])
+    prep = prepare(cfg)
+    assert prep.config["hardware"] == {"device_kind": "cpu", "gpu_model": None}
+    assert run_signature(prep.config) == prep.signature
+
+    def with_hardware(**hardware: object) -> str:
+        return run_signature({**prep.config, "hardware": {**prep.config["hardware"], **hardware}})
+
+    signatures = {
+        prep.signature,
+        with_hardware(device_kind="cuda", gpu_model="NVIDIA H100 80GB HBM3"),
+        with_hardware(device_kind="cuda", gpu_model="NVIDIA A100-SXM4-80GB"),
+        prepare(bf16).signature,
+    }
+    assert len(signatures) == 4
+    threads = {**prep.config, "runtime": {**prep.config["runtime"], "threads": 7}}
+    assert run_signature(threads) == prep.signature  # recorded in metrics.json, not hashed
