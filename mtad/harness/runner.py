@@ -14,8 +14,10 @@ Order matters for honest numbers and cheap failures:
 4. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
    is the decoder's own clock (``DecodeStats``), summed over prompts.
 5. Scoring (downstream score, perplexity by a separate target forward) happens after.
-6. ``config.yaml``, ``samples.jsonl``, ``timings.jsonl``, ``environment.json`` and finally
-   ``metrics.json`` are written atomically; then W&B gets the summary and the per-sample table.
+6. ``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json`` are written
+   atomically; then W&B gets the summary and the per-sample table and finishes; then
+   ``metrics.json``, whose presence marks the folder complete (so a result folder is complete
+   only when its W&B run is too).
 
 A run that raises after step 2 writes ``failed.json`` (traceback, config, environment, time)
 into its result folder. That folder does not count as complete, so the next run of the same
@@ -263,9 +265,12 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         metrics = _metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
         metrics["wandb"] = logger.info()
-        _write(prep, records, timings, metrics)
+        _write(prep, records, timings)
         logger.log_result(_wandb_summary(metrics), rows)
         logger.finish()
+        # Last: the folder counts as complete only once W&B has the run too, so a failure or a
+        # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
+        _commit(prep, metrics)
     except BaseException:
         energy.close()
         logger.finish(exit_code=1)
@@ -491,12 +496,7 @@ def _metrics(
     return metrics
 
 
-def _write(
-    prep: Prepared,
-    records: list[dict[str, Any]],
-    timings: list[dict[str, Any]],
-    metrics: dict[str, Any],
-) -> None:
+def _write(prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str, Any]]) -> None:
     folder = prep.result_dir
     folder.mkdir(parents=True, exist_ok=True)
     config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
@@ -504,8 +504,11 @@ def _write(
     write_jsonl(folder / SAMPLES_FILE, records)
     write_jsonl(folder / TIMINGS_FILE, timings)
     write_json(folder / ENVIRONMENT_FILE, environment())
-    (folder / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
-    write_json(folder / METRICS_FILE, metrics)  # last: its presence marks the folder complete
+
+
+def _commit(prep: Prepared, metrics: dict[str, Any]) -> None:
+    (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
+    write_json(prep.result_dir / METRICS_FILE, metrics)  # its presence marks the folder complete
 
 
 def _wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:
