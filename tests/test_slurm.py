@@ -1,6 +1,8 @@
-"""A real SLURM: a smoke sweep through ``hydra/launcher=slurm_cpu`` on a single-node cluster on
-localhost (``scripts/slurm_local.sh``), one job killed mid-run with ``scancel``, then the same
-command again: every run complete exactly once, in the result folders and in W&B.
+"""A real SLURM: smoke sweeps through ``hydra/launcher=slurm_cpu`` on a single-node cluster on
+localhost (``scripts/slurm_local.sh``). One sweep has a job killed mid-run with ``scancel``
+(SIGKILL), then the same command again: every run complete exactly once, in the result folders
+and in W&B. Another has its job pre-empted mid-run (SIGTERM, then USR2, as SLURM does): submitit
+requeues it and the sweep ends with one complete result and one W&B run.
 
 Marked ``slurm`` (not in the default suite): ``pytest -m slurm``. Needs root and Debian's
 package registry the first time (the script installs ``slurm-wlm`` and ``munge``); CI runs it
@@ -138,3 +140,57 @@ def test_slurm_sweep_with_a_cancelled_job_completes_every_run_once(
     ids = offline_runs(tmp_path / "wandb")
     assert set(ids) == {wandb_run_id(STUDY, r.name) for r in results}
     assert all(len(paths) == 1 for paths in ids.values())
+
+
+def test_slurm_preempted_job_is_requeued_and_completes_in_the_same_sweep(
+    cluster: None, tmp_path: Path
+) -> None:
+    """SLURM's pre-emption signals (SIGTERM, then USR2) reach a job mid-run: submitit
+    checkpoints and requeues it, the requeued job runs the run again from the start, and the
+    sweep ends with one complete result and one W&B run, nothing failed."""
+    cmd = [
+        c if not c.startswith("method=") else "method=ar"
+        for c in sweep_cmd(tmp_path, "first")
+        if not c.startswith("task.max_new_tokens=")
+    ]
+    cmd.insert(cmd.index("method=ar"), "task.max_new_tokens=1500")
+    sweep = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    base = tmp_path / "results" / STUDY
+    job = None
+    deadline = time.monotonic() + 300
+    while job is None and time.monotonic() < deadline and sweep.poll() is None:
+        for claim in base.glob(f"*/{CLAIM_FILE}") if base.is_dir() else []:
+            try:
+                owner = json.loads(claim.read_text() or "{}")
+            except (OSError, ValueError):
+                continue
+            started = wandb_run_id(STUDY, claim.parent.name) in offline_runs(tmp_path / "wandb")
+            if owner.get("slurm_job") and started:
+                job = str(owner["slurm_job"])
+        time.sleep(0.05)
+    assert job is not None, "the job was never caught mid-run"
+    for sig in ("TERM", "USR2"):  # what SLURM sends a pre-empted job
+        subprocess.run(["scancel", f"--signal={sig}", job], check=True)
+    # SLURM holds a requeued batch job for two minutes before it is eligible again; as an
+    # administrator would, make it eligible now.
+    for _ in range(200):
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job, "-o", "%t"], capture_output=True, text=True
+        ).stdout.strip()
+        if state == "PD":
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+            break
+        time.sleep(0.1)
+    out, _ = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, out[-3000:]
+    assert "sweep: 1 run, 0 skipped (already complete), 0 claimed by another process, 0 failed" in (
+        out
+    )
+    (result,) = [p for p in base.iterdir() if p.is_dir()]
+    assert is_complete(result) and sorted(p.name for p in result.iterdir()) == sorted(RESULT_FILES)
+    slurm = json.loads((result / ENVIRONMENT_FILE).read_text())["slurm"]
+    assert int(slurm["restart_count"]) >= 1  # it really was requeued
+    ids = offline_runs(tmp_path / "wandb")
+    assert list(ids) == [wandb_run_id(STUDY, result.name)] and len(ids[list(ids)[0]]) == 1

@@ -28,6 +28,7 @@ command retries it; in a sweep (``-m``) the failure is recorded and the sweep go
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import time
@@ -199,6 +200,21 @@ def run(cfg: DictConfig) -> RunOutcome:
         return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)
 
 
+def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
+    """Close what a dying run holds without masking why it dies. A SLURM pre-emption, for one,
+    arrives as submitit's ``SystemExit`` (it requeues the job) after SLURM's SIGTERM has killed
+    W&B's service process: an error from closing W&B must not replace that ``SystemExit``, or
+    the job would be recorded as failed instead of requeued."""
+    for step in steps:
+        try:
+            params = inspect.signature(step).parameters
+            step(**{k: v for k, v in kwargs.items() if k in params})
+        except Exception as err:  # noqa: BLE001 - best effort, reported
+            print(
+                f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
+            )
+
+
 def _write_failure(prep: Prepared, err: BaseException, owner: dict[str, Any]) -> None:
     """``failed.json``: what failed, where and when, enough to reproduce it."""
     write_json(
@@ -272,8 +288,7 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
         _commit(prep, metrics)
     except BaseException:
-        energy.close()
-        logger.finish(exit_code=1)
+        _cleanup(energy.close, logger.finish, exit_code=1)
         raise
     from mtad.harness.summary import print_run
 
