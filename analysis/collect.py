@@ -31,6 +31,7 @@ SHOW = [
     "new_tokens",
     "ms_per_token",
     "acceptance_rate",
+    "node_acceptance_rate",
     "block_efficiency",
     "ppl",
     "energy.j_per_token",

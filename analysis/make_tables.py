@@ -33,6 +33,7 @@ TABLES: dict[str, dict[str, str]] = {
         "speedup_vs_ar": "speed-up vs AR",
         "speedup_vs_sps": "speed-up vs SpS",
         "acceptance_rate": "acceptance",
+        "node_acceptance_rate": "acceptance per node",
         "block_efficiency": "tokens/target fwd",
         "mean_accepted": "mean accepted",
     },
@@ -41,6 +42,7 @@ TABLES: dict[str, dict[str, str]] = {
         "ppl_token_weighted": "ppl (token-weighted)",
         "ppl_change_vs_ar": "ppl change vs AR",
         "score": "score",
+        "score_change_vs_ar": "score change vs AR",
     },
     "energy": {
         "energy.j_per_token": "J/token",

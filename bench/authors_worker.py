@@ -88,6 +88,9 @@ def main() -> None:
         cmd = msg["cmd"]
         if cmd == "init":
             torch.set_num_threads(int(msg.get("threads", 1)))
+            # The authors' checkout is no installed package: its modules (`inference`, `utils`)
+            # import each other as top-level names from their `src/`, so that folder goes on
+            # the path of this separate interpreter (never of ours).
             sys.path.insert(0, msg["src"])
             stub_pandas()
             import transformers

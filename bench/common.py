@@ -21,13 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repository
-    sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from mtad.models import (  # noqa: E402
+from mtad.models import (
     LoadedPair,
     ModelRunner,
     ModelSpec,
@@ -35,7 +31,9 @@ from mtad.models import (  # noqa: E402
     build_tiny_tokenizer,
     load_pair,
 )
+from mtad.tokens import eos_token_ids
 
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DRAFT = "assets/drafts/smollm2-draft"
 STANDIN_DRAFT = REPO / ".dev" / "standin-draft-2l"  # ignored scratch folder, never committed
 STANDIN_LAYERS = 2
@@ -241,16 +239,7 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
 
 
 def eos_ids(pair: BenchPair) -> list[int]:
-    ids = set()
-    tok_eos = getattr(pair.tokenizer, "eos_token_id", None)
-    if tok_eos is not None:
-        ids.add(int(tok_eos))
-    gen_eos = getattr(getattr(pair.target.model, "generation_config", None), "eos_token_id", None)
-    if isinstance(gen_eos, int):
-        ids.add(gen_eos)
-    elif isinstance(gen_eos, (list, tuple)):
-        ids.update(int(e) for e in gen_eos)
-    return sorted(ids)
+    return eos_token_ids(pair.tokenizer, pair.target.model)
 
 
 # ------------------------------------------------------------------------------- prompts

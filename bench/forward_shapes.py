@@ -9,29 +9,19 @@ ratio to n = 1 of the same dtype. This is the measurement behind two engine choi
 matmuls, e.g. AVX2 only, pays for every extra row) and whether padding verification blocks to
 another size would pay.
 
-    python bench/forward_shapes.py [--context 120] [--reps 7] [--draft PATH]
+    python -m bench.forward_shapes [--context 120] [--reps 7] [--draft PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import (  # noqa: E402
-    DEFAULT_DRAFT,  # noqa: E402
-    environment_line,
-    print_table,
-    resolve_draft,
-    setup,
-)
-from mtad.models import ModelRunner, ModelSpec, load_model  # noqa: E402
+from bench import common
+from mtad.models import ModelRunner, ModelSpec, load_model
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)
@@ -50,13 +40,13 @@ def time_forward(
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draft", default=DEFAULT_DRAFT)
+    ap.add_argument("--draft", default=common.DEFAULT_DRAFT)
     ap.add_argument("--context", type=int, default=120, help="cached tokens before timing")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    setup(args)
-    draft_path, standin = resolve_draft(args.draft)
+    common.setup(args)
+    draft_path, standin = common.resolve_draft(args.draft)
     gen = torch.Generator().manual_seed(0)
     runners: dict[tuple[str, str], ModelRunner] = {}
     for dtype in ("float32", "bfloat16"):
@@ -83,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
             out = time_forward(r, n, rows, gen)
             if rep:  # rep 0 warms every shape up
                 res[case].append(out)
-    print(environment_line())
+    print(common.environment_line())
     draft_name = "stand-in (target layers 0-1)" if standin else draft_path
     print(
         f"target SmolLM2-135M-Instruct; draft {draft_name}; "
@@ -127,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{h[1]:.1f}",
             ]
         )
-    print_table(
+    common.print_table(
         "one cached forward (ms; CPU time unless noted)",
         [
             "model",

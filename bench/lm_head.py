@@ -11,24 +11,20 @@ SmolLM2 target's head (49152 x 576) and our draft's (49152 x 256), in float32:
 interleaved, medians of ``--reps`` (process CPU time), with the largest difference to
 ``F.linear``'s logits. Random weights of the real shapes: no model is loaded.
 
-    python bench/lm_head.py [--rows 1,2,3,4,5,8,16] [--reps 15] [--threads 1]
+    python -m bench.lm_head [--rows 1,2,3,4,5,8,16] [--reps 15] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from bench.common import environment_line, print_table  # noqa: E402
-from mtad.models import CPUHeadLM  # noqa: E402
+from bench import common
+from mtad.models import CPUHeadLM
 
 HEADS = {"target 49152x576": (49152, 576), "draft 49152x256": (49152, 256)}
 
@@ -50,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(environment_line(args))
+    print(common.environment_line(args))
     rows_list = [int(r) for r in args.rows.split(",")]
     gen = torch.Generator().manual_seed(0)
     table = []
@@ -80,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
                     diff,
                 ]
             )
-    print_table(
+    common.print_table(
         "output projection, float32 (ms, process CPU time; median)",
         [
             "head",

@@ -6,8 +6,8 @@ and the number of live Python objects. A leak shows as RSS / objects climbing ro
 round; a flat line after round 1 means nothing grows with the number of prompts (round 1
 includes first-use allocations: allocator pools, lazy inits).
 
-    python bench/memory.py                         # smollm2 pair, ar/sps/mtad, 3 rounds
-    python bench/memory.py --methods all --rounds 4 --prompts 6 --max-new 64
+    python -m bench.memory                         # smollm2 pair, ar/sps/mtad, 3 rounds
+    python -m bench.memory --methods all --rounds 4 --prompts 6 --max-new 64
 """
 
 from __future__ import annotations
@@ -17,47 +17,34 @@ import gc
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import (  # noqa: E402
-    add_common_args,
-    environment_line,
-    eos_ids,
-    load_bench_pair,
-    load_prompts,
-    peak_rss_mib,
-    print_table,
-    rss_mib,
-    setup,
-)
-from bench.overhead import DEFAULT_METHODS, METHOD_PARAMS, parse_methods  # noqa: E402
+from bench import common
+from bench.overhead import DEFAULT_METHODS, METHOD_PARAMS, parse_methods
 
 
 def child(args: argparse.Namespace) -> None:
     from mtad.engine import Decoder
     from mtad.methods import METHODS, build_method
 
-    setup(args)
-    start = rss_mib()
-    bp = load_bench_pair(args, need_draft=METHODS[args.child][1].uses_draft)
-    prompts = load_prompts(args, bp.tokenizer)
+    common.setup(args)
+    start = common.rss_mib()
+    bp = common.load_bench_pair(args, need_draft=METHODS[args.child][1].uses_draft)
+    prompts = common.load_prompts(args, bp.tokenizer)
     dec = Decoder(
         build_method(args.child, **METHOD_PARAMS.get(args.child, {})),
         bp.target,
         bp.draft,
-        eos_ids(bp),
+        common.eos_ids(bp),
         args.seed,
     )
     gc.collect()
-    loaded = rss_mib()
+    loaded = common.rss_mib()
     rounds, objects, tokens = [], [], 0
     for _ in range(args.rounds):
         for i, p in enumerate(prompts):
             tokens += len(dec.generate(p.ids, args.max_new, seed=args.seed + i).token_ids)
         gc.collect()
-        rounds.append(rss_mib())
+        rounds.append(common.rss_mib())
         objects.append(len(gc.get_objects()))
     print(
         json.dumps(
@@ -66,7 +53,7 @@ def child(args: argparse.Namespace) -> None:
                 "loaded": loaded,
                 "rounds": rounds,
                 "objects": objects,
-                "peak": peak_rss_mib(),
+                "peak": common.peak_rss_mib(),
                 "tokens": tokens,
                 "pair": bp.describe(),
             }
@@ -76,7 +63,7 @@ def child(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap, prompts=4, max_new=48)
+    common.add_common_args(ap, prompts=4, max_new=48)
     ap.add_argument(
         "--methods",
         default=DEFAULT_METHODS,
@@ -88,14 +75,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     if args.child:
         child(args)
         return {}
-    setup(args)
+    common.setup(args)
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]
     results = {}
     for m in parse_methods(args.methods):
-        cmd = [sys.executable, str(Path(__file__).resolve()), *passthrough, "--child", m]
+        # same interpreter, working folder and environment: `-m bench.memory` resolves as ours did
+        cmd = [sys.executable, "-m", "bench.memory", *passthrough, "--child", m]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
         results[m] = json.loads(out.stdout.strip().splitlines()[-1])
-    print(environment_line(args))
+    print(common.environment_line(args))
     print(f"pair: {next(iter(results.values()))['pair']}")
     print(
         f"{args.prompts} prompts x max {args.max_new} new tokens, {args.rounds} rounds, "
@@ -117,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
                 f"{obj_growth:+.0f}",
             ]
         )
-    print_table(
+    common.print_table(
         "resident memory (MiB)",
         [
             "method",

@@ -6,34 +6,20 @@ forwards, draft forwards, overhead inside the draft/verify phases (warping, samp
 bookkeeping), and overhead outside them (the decode loop). Speed ratios are against ``ar``
 and ``sps`` on the same prompts and seeds; methods run interleaved prompt by prompt.
 
-    python bench/overhead.py                       # smollm2 pair, ar/sps/mtad, 6 prompts x 64
-    python bench/overhead.py --methods all --prompts 12 --max-new 128
-    python bench/overhead.py --greedy              # temperature 0 for every method
-    python bench/overhead.py --pair tiny           # seconds; the random test pair
+    python -m bench.overhead                       # smollm2 pair, ar/sps/mtad, 6 prompts x 64
+    python -m bench.overhead --methods all --prompts 12 --max-new 128
+    python -m bench.overhead --greedy              # temperature 0 for every method
+    python -m bench.overhead --pair tiny           # seconds; the random test pair
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common import (  # noqa: E402
-    add_common_args,
-    environment_line,
-    eos_ids,
-    load_bench_pair,
-    load_prompts,
-    pair_clock,
-    pct,
-    print_table,
-    ratio,
-    setup,
-)
-from mtad.engine import Decoder, DecodeStats  # noqa: E402
-from mtad.methods import METHODS, build_method  # noqa: E402
+from bench import common
+from mtad.engine import Decoder, DecodeStats
+from mtad.methods import METHODS, build_method
 
 # The authors' defaults (B=4, gamma=4, tau=0.5); sampling T=1, top-k 10, top-p 0.9 for all.
 METHOD_PARAMS: dict[str, dict] = {
@@ -57,22 +43,22 @@ def parse_methods(spec: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> dict[str, dict]:
-    setup(args)
+    common.setup(args)
     methods = parse_methods(args.methods)
-    bp = load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
-    prompts = load_prompts(args, bp.tokenizer)
+    bp = common.load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
+    prompts = common.load_prompts(args, bp.tokenizer)
     sampling = {"temperature": 0.0} if args.greedy else {}
     decoders = {
         m: Decoder(
             build_method(m, **METHOD_PARAMS.get(m, {}), **sampling),
             bp.target,
             bp.draft,
-            eos_token_ids=eos_ids(bp),
+            eos_token_ids=common.eos_ids(bp),
             seed=args.seed,
         )
         for m in methods
     }
-    clock = pair_clock(bp)
+    clock = common.pair_clock(bp)
     for dec in decoders.values():  # warm-up: first-call allocations, lazy inits
         dec.generate(prompts[0].ids, 4, seed=args.seed)
     stats: dict[str, list[DecodeStats]] = {m: [] for m in methods}
@@ -100,14 +86,14 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             "target_fwd_s": f_t,
             "draft_fwd_s": f_d,
             "overhead_s": overhead,
-            "overhead_pct": pct(overhead, s.wall_time),
-            "phase_overhead_pct": pct(overhead - loop, s.wall_time),
-            "loop_pct": pct(loop, s.wall_time),
+            "overhead_pct": common.pct(overhead, s.wall_time),
+            "phase_overhead_pct": common.pct(overhead - loop, s.wall_time),
+            "loop_pct": common.pct(loop, s.wall_time),
             "overhead_ms_per_iter": 1e3 * overhead / s.iterations if s.iterations else 0.0,
         }
 
     mode = "greedy" if args.greedy else "T=1, top-k 10, top-p 0.9"
-    print(environment_line(args))
+    print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, seeds {args.seed}.., {mode}")
     ar = results.get("ar", {}).get("tokens_per_s", float("nan"))
@@ -120,19 +106,19 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
                 m,
                 s.new_tokens,
                 f"{s.tokens_per_s:.2f}",
-                f"{ratio(s.tokens_per_s, ar):.2f}",
-                f"{ratio(s.tokens_per_s, sps):.2f}",
+                f"{common.ratio(s.tokens_per_s, ar):.2f}",
+                f"{common.ratio(s.tokens_per_s, sps):.2f}",
                 f"{s.block_efficiency:.2f}",
                 f"{s.acceptance_rate:.2f}",
-                f"{pct(r['target_fwd_s'], s.wall_time):.1f}",
-                f"{pct(r['draft_fwd_s'], s.wall_time):.1f}",
+                f"{common.pct(r['target_fwd_s'], s.wall_time):.1f}",
+                f"{common.pct(r['draft_fwd_s'], s.wall_time):.1f}",
                 f"{r['overhead_pct']:.1f}",
                 f"{r['phase_overhead_pct']:.1f}",
                 f"{r['loop_pct']:.1f}",
                 f"{r['overhead_ms_per_iter']:.2f}",
             ]
         )
-    print_table(
+    common.print_table(
         "speed and where the time goes (percent of wall time)",
         [
             "method",
@@ -156,7 +142,7 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap)
+    common.add_common_args(ap)
     ap.add_argument(
         "--methods",
         default=DEFAULT_METHODS,

@@ -3,7 +3,7 @@
 A baseline for later performance work: same prompts, same seeds, one process, methods
 interleaved prompt by prompt so machine noise hits them alike. Ratios are against ``ar``.
 
-    python bench/tiny_baseline.py [--family llama|opt] [--prompts 8] [--max-new 64]
+    python -m bench.tiny_baseline [--family llama|opt] [--prompts 8] [--max-new 64]
 """
 
 from __future__ import annotations

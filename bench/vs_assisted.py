@@ -16,8 +16,8 @@ Greedy outputs must be identical: every row is compared token by token with ``ou
 (tokens counted up to the first EOS, capped at ``--max-new`` for everyone). Engine overhead
 (wall time outside model forwards, forward hooks) is shown for every row.
 
-    python bench/vs_assisted.py                  # smollm2 pair, 6 prompts x 64 tokens
-    python bench/vs_assisted.py --prompts 12 --max-new 128 --hf-defaults
+    python -m bench.vs_assisted                  # smollm2 pair, 6 prompts x 64 tokens
+    python -m bench.vs_assisted --prompts 12 --max-new 128 --hf-defaults
 """
 
 from __future__ import annotations
@@ -26,27 +26,12 @@ import argparse
 import copy
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from bench.common import (  # noqa: E402
-    add_common_args,
-    environment_line,
-    eos_ids,
-    load_bench_pair,
-    load_prompts,
-    pair_clock,
-    pct,
-    print_table,
-    ratio,
-    setup,
-    truncate_at_eos,
-)
-from mtad.engine import Decoder  # noqa: E402
-from mtad.methods import build_method  # noqa: E402
+from bench import common
+from mtad.engine import Decoder
+from mtad.methods import build_method
 
 GAMMA = 4
 
@@ -75,14 +60,14 @@ def hf_generate(model, prompt_ids, max_new, eos, pad, assistant=None, assistant_
     finally:
         if saved is not None:
             assistant.generation_config = saved
-    return truncate_at_eos(out[0, len(prompt_ids) :].tolist(), eos)[:max_new]
+    return common.truncate_at_eos(out[0, len(prompt_ids) :].tolist(), eos)[:max_new]
 
 
 def run(args: argparse.Namespace) -> dict[str, dict]:
-    setup(args)
-    bp = load_bench_pair(args)
-    prompts = load_prompts(args, bp.tokenizer)
-    eos = eos_ids(bp)
+    common.setup(args)
+    bp = common.load_bench_pair(args)
+    prompts = common.load_prompts(args, bp.tokenizer)
+    eos = common.eos_ids(bp)
     pad = bp.tokenizer.pad_token_id if bp.tokenizer.pad_token_id is not None else eos[0]
     target, draft = bp.target.model, bp.draft.model
     ours = {
@@ -117,7 +102,7 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         }
         for n in names
     }
-    clock = pair_clock(bp)
+    clock = common.pair_clock(bp)
     # warm-up every path once (lazy inits, first-call allocations)
     for dec in ours.values():
         dec.generate(prompts[0].ids, 4)
@@ -148,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
     clock.remove()
 
-    print(environment_line(args))
+    print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, greedy, gamma {GAMMA}")
     base = acc["hf assisted"]["tokens"] / acc["hf assisted"]["wall"]
@@ -162,14 +147,14 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
                 n,
                 a["tokens"],
                 f"{tps:.2f}",
-                f"{ratio(tps, base):.2f}",
+                f"{common.ratio(tps, base):.2f}",
                 a["target_calls"],
-                f"{ratio(a['tokens'], a['target_calls']):.2f}",
+                f"{common.ratio(a['tokens'], a['target_calls']):.2f}",
                 f"{a['same']}/{len(prompts)}",
-                f"{pct(overhead, a['wall']):.1f}",
+                f"{common.pct(overhead, a['wall']):.1f}",
             ]
         )
-    print_table(
+    common.print_table(
         "greedy: ours vs transformers (same model objects)",
         [
             "impl",
@@ -187,14 +172,14 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     same = sum(a == b for a, b in zip(sps["outputs"], hfa["outputs"], strict=False))
     print(
         f"\nours sps vs hf assisted: identical outputs {same}/{len(prompts)}, "
-        f"tokens/s ratio {ratio(sps['tokens'] / sps['wall'], base):.2f}"
+        f"tokens/s ratio {common.ratio(sps['tokens'] / sps['wall'], base):.2f}"
     )
     return acc
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap)
+    common.add_common_args(ap)
     ap.add_argument(
         "--hf-defaults",
         action="store_true",

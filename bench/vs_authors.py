@@ -10,7 +10,7 @@ is committed here: fetch it at benchmark time, e.g.
     git clone https://github.com/ZongyueQin/MTAD /tmp/mtad-authors
     python3 -m venv /tmp/authors-venv
     /tmp/authors-venv/bin/pip install torch==2.13.0 transformers==4.44.2
-    python bench/vs_authors.py --authors-repo /tmp/mtad-authors \\
+    python -m bench.vs_authors --authors-repo /tmp/mtad-authors \\
         --authors-python /tmp/authors-venv/bin/python
 
 Both sides load the same model folders in the same dtype, use the same settings (B, gamma,
@@ -33,26 +33,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import common
+from mtad.engine import Decoder
+from mtad.methods import build_method
 
-from bench.common import (  # noqa: E402
-    REPO,
-    add_common_args,
-    environment_line,
-    eos_ids,
-    load_bench_pair,
-    load_prompts,
-    pair_clock,
-    pct,
-    print_table,
-    ratio,
-    setup,
-    truncate_at_eos,
-)
-from mtad.engine import Decoder  # noqa: E402
-from mtad.methods import build_method  # noqa: E402
-
-WORKER = REPO / "bench" / "authors_worker.py"
+WORKER = common.REPO / "bench" / "authors_worker.py"
 
 
 class AuthorsWorker:
@@ -104,16 +89,16 @@ def model_folders(bp, tmp: Path) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    setup(args)
+    common.setup(args)
     src = Path(args.authors_repo).expanduser().resolve() / "src"
     if not (src / "inference" / "strategies.py").is_file():
         raise SystemExit(
             f"--authors-repo: {src}/inference/strategies.py not found "
             "(a checkout of github.com/ZongyueQin/MTAD)"
         )
-    bp = load_bench_pair(args)
-    prompts = load_prompts(args, bp.tokenizer)
-    eos = eos_ids(bp)
+    bp = common.load_bench_pair(args)
+    prompts = common.load_prompts(args, bp.tokenizer)
+    eos = common.eos_ids(bp)
     settings = {
         "gamma": args.gamma,
         "beam_width": args.beam_width,
@@ -161,7 +146,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def compare(args, bp, prompts, eos, ours, worker) -> dict:
-    clock = pair_clock(bp)
+    clock = common.pair_clock(bp)
     # warm-up both sides
     ours.generate(prompts[0].ids, 4, seed=args.seed)
     worker.call({"cmd": "gen", "ids": prompts[0].ids, "seed": args.seed, "max_new": 4})
@@ -200,7 +185,7 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
                     res = worker.call(
                         {"cmd": "gen", "ids": prompt.ids, "seed": seed, "max_new": args.max_new}
                     )
-                    s["tokens"] += len(truncate_at_eos(res["tokens"], eos))
+                    s["tokens"] += len(common.truncate_at_eos(res["tokens"], eos))
                     s["wall"] += res["wall"]
                     s["fwd"] += res["forward_s"]
                     s["iters"] += res["iterations"]
@@ -213,7 +198,7 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
     clock.remove()
 
     info = worker.info
-    print(environment_line(args))
+    print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(
         f"authors: {info['strategy']} from {args.authors_repo} (transformers "
@@ -233,15 +218,15 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
                 side,
                 s["tokens"],
                 f"{tps[side]:.2f}",
-                f"{ratio(tps[side], tps['authors']):.2f}",
+                f"{common.ratio(tps[side], tps['authors']):.2f}",
                 f"{be:.3f} +- {se:.3f}",
                 f"{(s['accepted'] + s['iters']) / s['iters']:.3f}",
-                f"{pct(s['draft'], s['wall']):.1f}",
-                f"{pct(s['verify'], s['wall']):.1f}",
-                f"{pct(s['wall'] - s['fwd'], s['wall']):.1f}",
+                f"{common.pct(s['draft'], s['wall']):.1f}",
+                f"{common.pct(s['verify'], s['wall']):.1f}",
+                f"{common.pct(s['wall'] - s['fwd'], s['wall']):.1f}",
             ]
         )
-    print_table(
+    common.print_table(
         "MTAD: ours vs the authors' BatchMTADStrategy (same pair, settings, prompts)",
         [
             "impl",
@@ -259,7 +244,7 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
     (bo, so), (ba, sa) = mean_se(sides["ours"]["be"]), mean_se(sides["authors"]["be"])
     z = (bo - ba) / math.sqrt(so**2 + sa**2) if so == so and sa == sa and (so or sa) else 0.0
     print(
-        f"\nours / authors tokens/s: {ratio(tps['ours'], tps['authors']):.2f}; "
+        f"\nours / authors tokens/s: {common.ratio(tps['ours'], tps['authors']):.2f}; "
         f"block efficiency difference {bo - ba:+.3f} (z = {z:+.2f}; |z| < 2: within noise)"
     )
     return sides
@@ -267,7 +252,7 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap, prompts=6, max_new=64)
+    common.add_common_args(ap, prompts=6, max_new=64)
     ap.add_argument("--authors-repo", required=True, help="checkout of ZongyueQin/MTAD")
     ap.add_argument(
         "--authors-python",

@@ -26,16 +26,36 @@ from mtad.models import ModelRunner, check_same_vocab
 
 @dataclass
 class StepResult:
-    """What one iteration commits: ``tokens`` = ``accepted`` draft tokens + 1 target token."""
+    """What one iteration commits: ``tokens`` = ``accepted`` draft tokens + 1 target token.
+
+    ``drafted`` and ``accepted`` are *depths*: the number of draft positions proposed along one
+    path and how many of them the target accepted (for a tree, the tree depth and the depth of
+    the accepted node). ``drafted_nodes`` is the number of draft tokens the target scored (the
+    tree size; ``None`` means a single path, ``== drafted``). Depths make ``acceptance_rate``
+    comparable across linear and tree methods; nodes give the tree methods' per-node rate.
+    """
 
     tokens: torch.Tensor  # 1-D
     drafted: int
     accepted: int
+    drafted_nodes: int | None = None
 
 
 @dataclass
 class DecodeStats:
-    """Counters and times of one or more generations (sum them with :meth:`total`)."""
+    """Counters and times of one or more generations (sum them with :meth:`total`).
+
+    ``drafted`` / ``accepted`` sum each iteration's drafted and accepted *depth* (see
+    :class:`StepResult`), ``accepted`` counted *before* EOS / token-budget truncation, as the
+    reference implementation counts it (ZongyueQin/MTAD ``src/inference/generate.py``:
+    ``acceptance_count`` sums the verifier's accepted lengths, ``draft_token_count`` is
+    iterations x the draft depth ``max_draft_len``, for chains and trees alike): an accepted
+    draft token that the budget or an EOS cuts off was still accepted by the target.
+    ``accept_lengths`` are the *committed* lengths (after truncation), so that
+    ``new_tokens == sum(a + 1 for a in accept_lengths)`` holds for every method.
+    ``drafted_nodes`` counts every drafted token the target scored (tree size for SpecInfer /
+    MMTAD), for :attr:`node_acceptance_rate`.
+    """
 
     new_tokens: int = 0
     iterations: int = 0
@@ -43,6 +63,7 @@ class DecodeStats:
     draft_forwards: int = 0
     drafted: int = 0
     accepted: int = 0
+    drafted_nodes: int = 0
     time_draft: float = 0.0
     time_verify: float = 0.0
     wall_time: float = 0.0
@@ -54,7 +75,14 @@ class DecodeStats:
 
     @property
     def acceptance_rate(self) -> float:
+        """Accepted depth / drafted depth (NaN for methods that draft nothing)."""
         return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def node_acceptance_rate(self) -> float:
+        """Accepted tokens / drafted tokens scored by the target: the tree methods' per-node
+        rate (equals :attr:`acceptance_rate` for single-path methods)."""
+        return self.accepted / self.drafted_nodes if self.drafted_nodes else float("nan")
 
     @property
     def block_efficiency(self) -> float:
@@ -62,6 +90,7 @@ class DecodeStats:
 
     @property
     def mean_accepted(self) -> float:
+        """Mean accepted depth per iteration (before truncation, like ``accepted``)."""
         return self.accepted / self.iterations if self.iterations else float("nan")
 
     @property
@@ -79,6 +108,7 @@ class DecodeStats:
         for name in (
             "time_other",
             "acceptance_rate",
+            "node_acceptance_rate",
             "block_efficiency",
             "mean_accepted",
             "tokens_per_s",
@@ -98,6 +128,7 @@ class DecodeStats:
                 "draft_forwards",
                 "drafted",
                 "accepted",
+                "drafted_nodes",
                 "time_draft",
                 "time_verify",
                 "wall_time",
@@ -237,8 +268,10 @@ class Decoder:
         """Append a step's tokens, cut at the first EOS and at ``max_new_tokens``.
 
         Every method goes through here, so EOS and length limits mean the same for all. When a
-        cut drops tokens, the counters keep only what was committed: ``accepted`` becomes
-        ``committed - 1`` so that ``new_tokens == sum(accepted + 1)`` holds per iteration.
+        cut drops tokens, ``new_tokens`` and ``accept_lengths`` keep only what was committed
+        (``committed - 1`` accepted, so ``new_tokens == sum(a + 1)`` holds per iteration), while
+        ``accepted`` keeps the verifier's accepted depth: acceptance is a property of draft and
+        target, not of where the output happened to end.
         """
         tokens = result.tokens.tolist()[: max_new_tokens - len(new)]
         for i, tok in enumerate(tokens):
@@ -249,11 +282,11 @@ class Decoder:
         ctx.buffer[ctx.n : ctx.n + m] = result.tokens[:m]
         ctx.n += m
         new.extend(tokens)
-        accepted = min(result.accepted, m - 1)
         s = ctx.stats
         s.iterations += 1
         s.new_tokens += m
         s.drafted += result.drafted
-        s.accepted += accepted
-        s.accept_lengths.append(accepted)
+        s.accepted += result.accepted
+        s.drafted_nodes += result.drafted if result.drafted_nodes is None else result.drafted_nodes
+        s.accept_lengths.append(min(result.accepted, m - 1))
         return tokens

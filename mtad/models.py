@@ -58,6 +58,10 @@ HEAD_MODES = ("auto", "stock", "fast")
 # Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no bias,
 # scaling or soft-capping): the only ones :class:`CPUHeadLM` may stand in for.
 PLAIN_HEAD_ARCHS = ("LlamaForCausalLM", "OPTForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+# Attention implementations that apply a custom 4-D *additive* mask as given (transformers
+# passes a 4-D mask through untouched): the ones tree verification may use. FlashAttention
+# kernels take no arbitrary mask, so a tree forward there would silently attend causally.
+TREE_ATTENTION_IMPLS = ("eager", "sdpa")
 FAST_HEAD_MIN_VOCAB = 8192
 FAST_HEAD_MAX_ROWS = 10  # beyond this, sgemm's own blocking wins again (bench/lm_head.py)
 
@@ -74,6 +78,11 @@ class CPUHeadLM(torch.nn.Module):
     From ~16 rows on (prefill, large trees) ``F.linear`` is faster again and is used.
     Same arithmetic, different summation order: logits agree with the stock head to ~1e-6
     relative. The transposed copy costs one extra head's worth of memory (made on first use).
+    The copy is remade whenever the head weight changes: a new tensor (``data_ptr``), another
+    shape, or an in-place write (``weight._version``, bumped by ``mul_``, ``copy_``,
+    ``load_state_dict``), so edited or reloaded weights are never projected with stale values.
+    Writes through ``weight.data`` bypass the version counter and are not seen: edit weights
+    under ``torch.no_grad()`` instead (as ``load_state_dict`` does).
     """
 
     @staticmethod
@@ -87,14 +96,17 @@ class CPUHeadLM(torch.nn.Module):
         super().__init__()
         self.lm = model
         self._wt: torch.Tensor | None = None
+        self._wt_key: tuple[int, int, tuple[int, ...]] | None = None
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.lm.get_output_embeddings().weight
         x = hidden.reshape(-1, hidden.shape[-1])
         kernel = self.kernel_for(x.shape[0])
         if kernel == "copy":
-            if self._wt is None or self._wt.shape != weight.T.shape:
+            key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+            if self._wt is None or self._wt_key != key:
                 self._wt = weight.detach().T.contiguous()
+                self._wt_key = key
             out = x @ self._wt
         elif kernel == "w_xt":
             out = (weight @ x.T).T.contiguous()
@@ -168,6 +180,26 @@ class ModelRunner:
         self.cache = DynamicCache(config=self.model.config)
         self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
         self.forwards = 0
+        self.sliding_window = sliding_window_of(self.cache)
+
+    def _check_window(self, new: int) -> None:
+        """Refuse a forward that would fill a sliding-window layer (Mistral-style).
+
+        Rollback is a cache crop; a sliding-window layer keeps only its last ``window - 1``
+        keys once the window is reached and cannot be cropped back past that point (transformers
+        raises, or without recorded past states would keep wrong ones), and a tree mask over the
+        full context would not match its shortened keys. Below the window the layer is a plain
+        cache and everything is exact, so short generations run and longer ones stop here.
+        """
+        w = self.sliding_window
+        if w is not None and self.cache_len + new >= w:
+            raise RuntimeError(
+                f"{self.role}: the model uses sliding-window attention (window {w} tokens) and "
+                f"this forward would reach {self.cache_len + new} cached tokens; its cache cannot "
+                "be rolled back past the window, so speculative rollback would be wrong. Refused: "
+                "shorten the prompt / task.max_new_tokens to stay under the window, or use a "
+                "model without sliding-window attention."
+            )
 
     @property
     def cache_len(self) -> int:
@@ -195,6 +227,7 @@ class ModelRunner:
 
     def _logits(self, input_ids: torch.Tensor, keep: int, **kwargs: Any) -> torch.Tensor:
         """One forward through the cache; logits of (at least) the last ``keep`` positions."""
+        self._check_window(input_ids.shape[1])
         kwargs.update({self._cache_kw: self.cache, "use_cache": True})
         if keep and self._can_trim_logits:
             kwargs["logits_to_keep"] = keep
@@ -229,9 +262,15 @@ class ModelRunner:
         ancestors only (a tree attention mask, as in SpecInfer, Miao et al., ASPLOS 2024).
         Returns logits ``[1 + N, V]``: the last committed position, then every node. The tree's
         keys/values are scratch: call :meth:`crop` back to ``len(ids)`` before the next feed.
+
+        The mask is passed as an additive float mask (0 where allowed, the dtype's minimum
+        elsewhere): SDPA reads a boolean mask as "keep", but eager attention *adds* the mask to
+        the scores, so a boolean one would add 0/1 and mask nothing. The float form means the
+        same to both (:func:`additive_mask`); other implementations are refused.
         """
         if self.rows != 1:
             raise RuntimeError(f"{self.role}: tree verification needs a single-row cache")
+        self.check_tree_attention()
         start = self.cache_len
         pending = ids[start:]
         p, n = pending.numel(), tokens.numel()
@@ -256,7 +295,7 @@ class ModelRunner:
         logits = self._logits(
             torch.cat([pending, tokens]).unsqueeze(0),
             n + 1,
-            attention_mask=allow[None, None],
+            attention_mask=additive_mask(allow, self.model.dtype)[None, None],
             position_ids=positions.unsqueeze(0),
         )[0, -(n + 1) :]
         self.cached_ids = torch.cat([self.cached_ids, pending[None], tokens[None]], dim=1)
@@ -267,6 +306,20 @@ class ModelRunner:
             paths = [committed] + [torch.cat([committed, tokens[anc[i]]]) for i in range(n)]
             self.trace.append(ForwardRecord(self.cached_ids.clone(), logits[None].clone(), paths))
         return logits
+
+    @property
+    def attn_implementation(self) -> str:
+        return str(getattr(self.model.config, "_attn_implementation", None) or "eager")
+
+    def check_tree_attention(self) -> None:
+        """Raise unless the model's attention applies a custom tree mask (eager or SDPA)."""
+        impl = self.attn_implementation
+        if impl not in TREE_ATTENTION_IMPLS:
+            raise ValueError(
+                f"{self.role}: tree verification needs attn_implementation in "
+                f"{TREE_ATTENTION_IMPLS} (a custom 4-D mask); this model uses {impl!r}, which "
+                "would ignore the tree mask. Load it with attn_implementation='sdpa'."
+            )
 
     def crop(self, length: int) -> None:
         """Roll the cache back to its first ``length`` positions (a view: nothing is copied)."""
@@ -286,6 +339,26 @@ class ModelRunner:
         if n != 1:
             self.cache.batch_repeat_interleave(n)
             self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+
+
+def sliding_window_of(cache: DynamicCache) -> int | None:
+    """The smallest sliding window among the cache's layers (None: full attention only)."""
+    windows = [
+        int(layer.sliding_window)
+        for layer in getattr(cache, "layers", [])
+        if getattr(layer, "sliding_window", None)
+    ]
+    return min(windows) if windows else None
+
+
+def additive_mask(allow: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean "may attend" mask as the additive float mask attention adds to its scores:
+    0 where allowed, ``finfo(dtype).min`` elsewhere (what transformers' own mask builders use;
+    not ``-inf``, which turns a fully masked row into NaN)."""
+    if not dtype.is_floating_point:
+        dtype = torch.float32
+    zero = torch.zeros((), dtype=dtype, device=allow.device)
+    return torch.where(allow, zero, torch.finfo(dtype).min)
 
 
 # --------------------------------------------------------------------------------------------

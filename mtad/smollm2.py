@@ -150,12 +150,6 @@ def _torch_dtype(dtype: Any) -> Any:
     return getattr(torch, aliases.get(name, name))
 
 
-def load_smollm2_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(convert_gguf(cache_dir)))
-
-
 def load_smollm2_target(
     dtype: Any = "bfloat16",
     device: str = "cpu",

@@ -132,11 +132,6 @@ def _top_k_top_p_cpu(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     return out.reshape(shape)
 
 
-def raw_logprobs(logits: torch.Tensor) -> torch.Tensor:
-    """Unwarped log-probabilities (temperature 1, no truncation): what perplexity scores."""
-    return torch.log_softmax(logits.float(), dim=-1)
-
-
 def gumbel_like(x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """Standard Gumbel noise shaped like ``x`` drawn from ``generator`` (no host sync).
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from bench import overhead, vs_assisted
 from bench.common import FALLBACK_PROMPTS, ForwardClock, truncate_at_eos
 
 TINY = ["--pair", "tiny", "--prompts", "2", "--max-new", "10"]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_overhead_bench_every_method(capsys) -> None:
@@ -25,6 +28,23 @@ def test_overhead_bench_every_method(capsys) -> None:
         assert 0.0 <= r["overhead_pct"] <= 100.0
     out = capsys.readouterr().out
     assert "overhead %" in out and "mtad" in out
+
+
+def test_benchmarks_run_as_modules_without_path_edits() -> None:
+    """``python -m bench.memory`` from the repository root with no PYTHONPATH: ``python -m``
+    alone resolves ``bench`` and ``mtad``, and so does the fresh process it starts per method.
+    Only the authors' worker (another interpreter) puts a folder on its path."""
+    editing = [
+        p.name
+        for p in sorted((REPO / "bench").glob("*.py"))
+        if "sys.path" in p.read_text() and p.name != "authors_worker.py"
+    ]
+    assert editing == []
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [sys.executable, "-m", "bench.memory", *TINY, "--rounds", "1", "--methods", "ar"]
+    out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resident memory" in out.stdout and "\nar " in out.stdout
 
 
 def test_vs_assisted_same_outputs(capsys) -> None:

@@ -79,7 +79,23 @@ def test_experiment_prints_full_config_without_loading() -> None:
     cfg = OmegaConf.create(out.stdout)
     assert cfg.pair.target.path == "meta-llama/Llama-2-70b-hf"
     assert cfg.pair.draft.path == "meta-llama/Llama-2-7b-hf"
-    assert cfg.method.tau == 0.5 and cfg.results.study == "llama70b"
+    assert cfg.method.tau == 0.5 and cfg.results.study == "paper"
+
+
+def test_llama3_preset_prints_both_models_without_loading() -> None:
+    """``python run.py +experiment=llama3_8b --cfg job`` composes and names both models."""
+    out = subprocess.run(
+        [sys.executable, "run.py", "+experiment=llama3_8b", "--cfg", "job"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    cfg = OmegaConf.create(out.stdout)
+    assert cfg.pair.target.path == "meta-llama/Llama-3.1-8B"
+    assert cfg.pair.draft.path == "meta-llama/Llama-3.2-1B"
+    assert cfg.method.name == "mtad" and {"paper", "llama3_8b"} <= set(cfg.tags)
 
 
 @pytest.mark.parametrize("name", names("sweep"))
@@ -101,7 +117,9 @@ def test_every_pair_validates(name: str) -> None:
     assert spec.draft is not None
     if spec.target.loader == "hub":
         assert spec.target.device_map == "auto" and spec.target.dtype == "float16"
-    assert spec.cfg.pair.chat_template == (name == "smollm2" or name.endswith("_chat"))
+    chat = name == "smollm2" or name.endswith(("_chat", "_instruct"))
+    assert spec.cfg.pair.chat_template == chat
+    assert spec.cfg.pair.notes  # every pair says where its draft choice comes from
 
 
 def test_method_configs_match_the_registry() -> None:

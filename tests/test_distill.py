@@ -10,13 +10,17 @@ import pytest
 import torch
 
 from mtad.distill import objectives as O
+from mtad.distill.data import Buffer
+from mtad.distill.drafts import DraftSpec, build_draft
 from mtad.distill.overlap import filter_pool, normalise, overlap_report
+from mtad.distill.train import train_step
 from mtad.warping import WarpConfig, warp_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_script():
+    """The command line (``parse_args``) lives in the script, the run in mtad.distill."""
     spec = importlib.util.spec_from_file_location(
         "distill_draft", REPO / "scripts" / "distill_draft.py"
     )
@@ -97,7 +101,7 @@ def test_pool_items_have_text_and_no_sql():
 
 def test_draft_spec_and_tiny_training_step():
     mod = _load_script()
-    spec = mod.DraftSpec.parse(
+    spec = DraftSpec.parse(
         "X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5"
     )
     assert (spec.layers, spec.hidden, spec.tv_weight) == (1, 32, 0.5)
@@ -135,8 +139,8 @@ def test_draft_spec_and_tiny_training_step():
             "off",
         ]
     )
-    draft = mod.build_draft(spec, target, args)
-    buf = mod.Buffer()
+    draft = build_draft(spec, target, args)
+    buf = Buffer()
     g = torch.Generator().manual_seed(0)
     for _ in range(8):
         seq = torch.randint(3, 97, (20,), generator=g).tolist()
@@ -146,7 +150,7 @@ def test_draft_spec_and_tiny_training_step():
 
     losses = []
     for _ in range(8):
-        stats, ntok = mod.train_step(
+        stats, ntok = train_step(
             args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3
         )
         losses.append(stats["X"]["kl"])

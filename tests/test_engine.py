@@ -20,7 +20,7 @@ ALL_METHODS = {
     "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
     "mtjd": {"gamma": 3, "beam_width": 3},
     "specinfer": {"branching": [3, 2, 1]},
-    "bild": {"fallback_threshold": 0.05, "rollback_threshold": 4.0, "max_draft": 4},
+    "bild": {"fallback_threshold": 0.015, "rollback_threshold": 4.0, "max_draft": 4},
     "mmtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
 }
 

@@ -137,3 +137,26 @@ def test_pointers_round_trip(tmp_path: Path) -> None:
     write_pointer(tmp_path / "0", {"status": "done", "result_dir": "/r/s/x"})
     write_pointer(tmp_path / "1", {"status": "skipped", "result_dir": "/r/s/y"})
     assert [p["status"] for p in read_pointers(tmp_path)] == ["done", "skipped"]
+
+
+def test_score_change_vs_ar_sits_next_to_ppl_change() -> None:
+    import pandas as pd
+
+    rows = [
+        {"study": "s", "pair": "p", "task": "humaneval", "seed": 0, "method": m, "score": sc}
+        for m, sc in (("ar", 0.2), ("mtad", 0.3), ("sps", 0.2))
+    ]
+    rows += [  # a pending judge (None) and an AR score of 0 give NaN, never inf
+        {"study": "s", "pair": "p", "task": "mtbench", "seed": 0, "method": "ar", "score": None},
+        {"study": "s", "pair": "p", "task": "mtbench", "seed": 0, "method": "mtad", "score": 7},
+        {"study": "s", "pair": "p", "task": "spider", "seed": 0, "method": "ar", "score": 0.0},
+        {"study": "s", "pair": "p", "task": "spider", "seed": 0, "method": "mtad", "score": 0.5},
+    ]
+    for r in rows:
+        r.update(ppl=10.0, ms_per_token=1.0)
+    df = add_ratios(pd.DataFrame(rows)).set_index(["task", "method"])
+    assert df.loc[("humaneval", "mtad"), "score_change_vs_ar"] == pytest.approx(0.5)
+    assert df.loc[("humaneval", "sps"), "score_change_vs_ar"] == pytest.approx(0.0)
+    assert math.isnan(df.loc[("mtbench", "mtad"), "score_change_vs_ar"])
+    assert math.isnan(df.loc[("spider", "mtad"), "score_change_vs_ar"])
+    assert df.loc[("humaneval", "mtad"), "ppl_change_vs_ar"] == pytest.approx(0.0)

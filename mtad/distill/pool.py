@@ -77,10 +77,6 @@ def _stdlib_files() -> list[Path]:
     return files
 
 
-def _clean(text: str) -> str:
-    return re.sub(r"[ \t]+\n", "\n", text).strip()
-
-
 def _python_functions(files: list[Path], max_lines: int = 40) -> Iterator[dict]:
     """Functions with a docstring: signature+docstring prompt, full source, name, module."""
     for path in files:

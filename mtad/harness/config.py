@@ -257,6 +257,12 @@ def validate(cfg: DictConfig) -> RunSpec:
     task_name = task.get("name")
     if not task_name:
         raise ConfigError("task.name", "missing (pick a task: task=<name>)")
+    protocol = task.get("protocol")
+    if protocol is not None:  # spider / humaneval / mtbench: as the authors ran them, or ours
+        from mtad.tasks.base import PROTOCOLS
+
+        if protocol not in PROTOCOLS:
+            raise ConfigError("task.protocol", f"must be one of {PROTOCOLS}, got {protocol!r}")
 
     run_cfg = RunConfig(
         pair=pair,

@@ -60,7 +60,8 @@ def run_labels(df: pd.DataFrame) -> list[str]:
     labels = []
     for _, row in df.iterrows():
         same = df[df["method"] == row["method"]]
-        varying = [c for c in param_cols if same[c].nunique(dropna=True) > 1]
+        # as text: list-valued params (specinfer's branching) are unhashable
+        varying = [c for c in param_cols if same[c].dropna().astype(str).nunique() > 1]
         inner = ",".join(f"{c.removeprefix('params.')}={_fmt(row[c])}" for c in varying)
         labels.append(f"{row['method']}({inner})" if inner else str(row["method"]))
     return labels
@@ -80,14 +81,12 @@ def _baseline_ratio(
     if column not in df.columns:
         return pd.Series(float("nan"), index=df.index)
     keys = [k for k in keys if k in df.columns]
-    # Null keys (gpu_model on a CPU) become one sentinel: groupby turns None into a float NaN
-    # that a merge with the original object column refuses.
-    frame = df[keys + [column, "method"]].copy()
-    for key in keys:
-        frame[key] = frame[key].astype(object).where(frame[key].notna(), "<none>")
-    base = frame[frame["method"] == baseline].groupby(keys)[column].mean()
+    # Keys as text: a key that is None for every run (gpu_model on a CPU) would otherwise
+    # merge an object column against the float column groupby makes of it.
+    frame = df[keys + [column]].astype({k: str for k in keys})
+    base = frame[df["method"] == baseline].groupby(keys, dropna=False)[column].mean()
     base = base.rename("_base").reset_index()
-    merged = frame[keys + [column]].merge(base, on=keys, how="left")
+    merged = frame.merge(base, on=keys, how="left")
     merged.index = df.index
     if higher_is_better:
         return merged[column] / merged["_base"]
@@ -96,14 +95,20 @@ def _baseline_ratio(
 
 def add_ratios(df: pd.DataFrame, keys: Sequence[str] = GROUP_KEYS) -> pd.DataFrame:
     """Add ``speedup_vs_ar``, ``speedup_vs_sps`` (ms/token ratios), ``energy_ratio_vs_sps``
-    (sps J/token over the run's: > 1 means less energy than SpS) and ``ppl_change_vs_ar``."""
+    (sps J/token over the run's: > 1 means less energy than SpS), ``ppl_change_vs_ar`` and
+    ``score_change_vs_ar``: the relative change of the downstream score versus AR (the paper's
+    "+x% downstream"), NaN where AR scored 0 or has no score (e.g. MT-Bench pending a judge)."""
     if df.empty:
         return df
     df = df.copy()
+    if "score" in df.columns:  # None (a pending judge) must not make the column non-numeric
+        df["score"] = pd.to_numeric(df["score"], errors="coerce")
     df["speedup_vs_ar"] = _baseline_ratio(df, "ar", "ms_per_token", keys, False)
     df["speedup_vs_sps"] = _baseline_ratio(df, "sps", "ms_per_token", keys, False)
     df["energy_ratio_vs_sps"] = _baseline_ratio(df, "sps", "energy.j_per_token", keys, False)
     df["ppl_change_vs_ar"] = _baseline_ratio(df, "ar", "ppl", keys, True) - 1.0
+    score = _baseline_ratio(df, "ar", "score", keys, True) - 1.0
+    df["score_change_vs_ar"] = score.where(score.abs() != float("inf"))
     return df
 
 

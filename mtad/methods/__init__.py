@@ -1,52 +1,22 @@
-"""Decoding methods and their registry: one small module per method, built by name.
+"""Decoding methods: one small module per method, registered by name and built by name.
 
-Adding a method: write a :class:`mtad.engine.DecodingMethod` subclass with a params dataclass
-that validates itself in ``__post_init__``, register both in :data:`METHODS`, add
-``conf/method/<name>.yaml``.
+Adding a method: a module in this package with a :class:`mtad.engine.DecodingMethod` subclass
+that sets ``name`` and is decorated ``@register_method(ParamsClass)`` (a dataclass that
+validates itself in ``__post_init__``; see :mod:`mtad.methods.registry`), and
+``conf/method/<name>.yaml``. Every module of this package is imported here, so nothing else
+needs to list it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+import importlib
+import pkgutil
 
-from mtad.engine import DecodingMethod
-from mtad.methods.ar import ARParams, AutoregressiveSampling
-from mtad.methods.bild import BigLittleDecoder, BiLDParams
-from mtad.methods.mmtad import MMTAD, MMTADParams
-from mtad.methods.mtad import MTAD, MTADParams
-from mtad.methods.mtjd import MTJDParams, TargetBeamSampling
-from mtad.methods.specinfer import SpecInferParams, TreeSpeculativeSampling
-from mtad.methods.sps import SpeculativeSampling, SpSParams
+from mtad.methods.registry import METHODS, build_method, build_params
 
-# name -> (params dataclass, method class)
-METHODS: dict[str, tuple[type, type[DecodingMethod]]] = {
-    "ar": (ARParams, AutoregressiveSampling),
-    "mtjd": (MTJDParams, TargetBeamSampling),
-    "sps": (SpSParams, SpeculativeSampling),
-    "specinfer": (SpecInferParams, TreeSpeculativeSampling),
-    "bild": (BiLDParams, BigLittleDecoder),
-    "mtad": (MTADParams, MTAD),
-    "mmtad": (MMTADParams, MMTAD),
-}
-
-
-def build_params(name: str, **params: Any) -> Any:
-    """Validated params dataclass for method ``name``; unknown keys or bad values raise
-    ``ValueError`` naming them."""
-    if name not in METHODS:
-        raise ValueError(f"method: unknown method {name!r}; choose from {sorted(METHODS)}")
-    cls = METHODS[name][0]
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ValueError(f"method.{unknown[0]}: not a parameter of {name!r} (has {sorted(known)})")
-    return cls(**params)
-
-
-def build_method(name: str, **params: Any) -> DecodingMethod:
-    params_obj = build_params(name, **params)
-    return METHODS[name][1](params_obj)
-
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+for _name in sorted(METHODS):  # name order, whatever order the modules imported each other in
+    METHODS[_name] = METHODS.pop(_name)
 
 __all__ = ["METHODS", "build_method", "build_params"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams
+from mtad.methods.registry import register_method
 from mtad.warping import warp_candidates
 
 
@@ -14,6 +15,7 @@ class ARParams(SamplingParams):
     pass
 
 
+@register_method(ARParams)
 class AutoregressiveSampling(DecodingMethod):
     name = "ar"
 

@@ -1,12 +1,22 @@
-"""Big Little Decoder [`bild`] (Kim et al., NeurIPS 2023).
+"""Big Little Decoder [`bild`] (Kim et al., "Speculative Decoding with Big Little Decoder",
+NeurIPS 2023).
 
 The small (draft) model decodes on its own while it is confident: it falls back to the large
 (target) model as soon as its top probability drops below ``fallback_threshold`` (or after
 ``max_draft`` tokens). The target then scores the drafted tokens in one forward and *rolls back*
 from the first token whose distance to the target's prediction, the cross-entropy
 ``-log p(x_i)``, exceeds ``rollback_threshold``; the target supplies the token at that position
-(or the next one when nothing is rolled back). Not distribution-preserving by design. The
-fallback test reads the draft's confidence once per drafted token.
+(or the next one when nothing is rolled back). Not distribution-preserving by design.
+
+Both decisions read the models' *raw* softmax (temperature 1, no top-k / top-p), as BiLD
+defines them: on the warped distributions a drafted token outside the target's top-k would get
+``-log p = inf`` and always be rolled back whatever the threshold, and renormalising after
+top-k / top-p lifts the draft's top probability so fallback would happen less often than the
+threshold says. Tokens are still *sampled* from the warped distributions shared by every method.
+(The MTAD authors' v1 code, ZongyueQin/MJSD ``sampling/speculative_sampling.py``
+``BiLD_sampling``, reads its warped ``KVCacheModel`` probabilities for both tests and keeps the
+low-confidence draft token for the target to check; we follow Kim et al. here.)
+The fallback test reads the draft's confidence once per drafted token.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.methods.registry import register_method
 from mtad.warping import sample_from_logprobs, warp_logprobs
 
 
@@ -38,6 +49,19 @@ class BiLDParams(SamplingParams):
         super().__post_init__()
 
 
+def raw_confidence(logits: torch.Tensor) -> torch.Tensor:
+    """The draft's top probability under its raw softmax (BiLD's fallback statistic)."""
+    return torch.softmax(logits.float(), dim=-1).max(dim=-1).values
+
+
+def raw_cross_entropy(logits: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``-log p(x_i)`` under the target's raw softmax, per drafted position (BiLD's rollback
+    distance); ``logits`` ``[g, V]``, ``x`` ``[g]``. Finite for every token."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -logp.gather(1, x[:, None]).squeeze(1)
+
+
+@register_method(BiLDParams)
 class BigLittleDecoder(DecodingMethod):
     name = "bild"
     uses_draft = True
@@ -53,9 +77,9 @@ class BigLittleDecoder(DecodingMethod):
         with ctx.timed("draft"):
             logits = ctx.draft.feed(ctx.ids)[0, -1]
             for i in range(prm.max_draft):
-                logq = warp_logprobs(logits, prm.warp)
-                if float(logq.max().exp()) < prm.fallback_threshold:
+                if float(raw_confidence(logits)) < prm.fallback_threshold:
                     break  # not confident: hand over to the target
+                logq = warp_logprobs(logits, prm.warp)
                 tok = sample_from_logprobs(logq, ctx.generator, prm.greedy)
                 drafted.append(tok)
                 if i + 1 < prm.max_draft:
@@ -63,13 +87,14 @@ class BigLittleDecoder(DecodingMethod):
         with ctx.timed("verify"):
             x = torch.stack(drafted) if drafted else None
             g = 0 if x is None else x.numel()
-            logp = warp_logprobs(ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :], prm.warp)
+            logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
+            logp = warp_logprobs(logits, prm.warp)
             if x is None:
                 k = 0
                 tokens = sample_from_logprobs(logp[0], ctx.generator, prm.greedy).view(1)
             else:
-                cross_entropy = -logp[:g].gather(1, x[:, None]).squeeze(1)
-                keep = leading_true_count(cross_entropy <= prm.rollback_threshold)
+                distance = raw_cross_entropy(logits[:g], x)
+                keep = leading_true_count(distance <= prm.rollback_threshold)
                 next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
                 k = int(keep)
                 tokens = torch.cat([x[:k], next_tokens[k : k + 1]])

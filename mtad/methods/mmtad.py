@@ -18,6 +18,8 @@ import torch
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
+from mtad.methods.registry import register_method
+from mtad.models import ModelRunner
 from mtad.warping import NEG_INF, sample_from_logprobs, warp_logprobs
 
 
@@ -63,6 +65,7 @@ def select_tree_node(
     return k, node
 
 
+@register_method(MMTADParams)
 class MMTAD(DecodingMethod):
     name = "mmtad"
     uses_draft = True
@@ -70,6 +73,11 @@ class MMTAD(DecodingMethod):
     def __init__(self, params: MMTADParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
+
+    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+        """Also refuse, before decoding, a target whose attention would ignore the tree mask."""
+        super().check_models(target, draft)
+        target.check_tree_attention()
 
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params
@@ -102,4 +110,5 @@ class MMTAD(DecodingMethod):
             chosen = path[-1] + 1 if path else 0
             out = torch.cat([tokens[path], next_tokens[chosen : chosen + 1]])
             ctx.target.crop(ctx.n)  # tree keys/values are scratch; accepted ids are re-fed
-        return StepResult(out, drafted=tokens.numel(), accepted=k)
+        # accepted depth over the tree depth gamma; every (depth, beam) node for the node rate
+        return StepResult(out, drafted=prm.gamma, accepted=k, drafted_nodes=tokens.numel())

@@ -20,6 +20,7 @@ import torch
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau
+from mtad.methods.registry import register_method
 from mtad.warping import Candidates, warp_candidates
 
 
@@ -62,6 +63,7 @@ def verify_block(
     return accept_longest_prefix(joint_log_ratios(logp_x, logq_x), tau)
 
 
+@register_method(MTADParams)
 class MTAD(DecodingMethod):
     name = "mtad"
     uses_draft = True

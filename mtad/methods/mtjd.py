@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -22,6 +23,7 @@ class MTJDParams(BeamParams):
     """Block size, beam width and warping of target beam sampling."""
 
 
+@register_method(MTJDParams)
 class TargetBeamSampling(DecodingMethod):
     name = "mtjd"
 

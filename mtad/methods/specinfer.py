@@ -19,6 +19,7 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams
+from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_logprobs
 from mtad.models import ModelRunner
 from mtad.warping import WarpConfig, sample_from_logprobs, sample_with_replacement, warp_logprobs
@@ -91,6 +92,7 @@ def expand_tree(
     return torch.cat(tokens), torch.cat(dists)
 
 
+@register_method(SpecInferParams)
 class TreeSpeculativeSampling(DecodingMethod):
     name = "specinfer"
     uses_draft = True
@@ -99,6 +101,11 @@ class TreeSpeculativeSampling(DecodingMethod):
         self.params = params
         self.layout = TreeLayout.build(params.branching)
         self.max_step_tokens = len(params.branching) + 1
+
+    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+        """Also refuse, before decoding, a target whose attention would ignore the tree mask."""
+        super().check_models(target, draft)
+        target.check_tree_attention()
 
     def step(self, ctx: DecodeContext) -> StepResult:
         prm, lay = self.params, self.layout
@@ -121,7 +128,10 @@ class TreeSpeculativeSampling(DecodingMethod):
             ctx.target.crop(ctx.n)
             path, next_token = self.walk(logp_all, logq, tokens, ctx.generator)
         out = torch.cat([tokens[path], next_token.view(1)])
-        return StepResult(out, drafted=tokens.numel(), accepted=len(path))
+        # depth along the accepted path over the tree depth; every node for the per-node rate
+        return StepResult(
+            out, drafted=len(prm.branching), accepted=len(path), drafted_nodes=tokens.numel()
+        )
 
     def walk(
         self,

@@ -16,6 +16,7 @@ import torch
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.methods.registry import register_method
 from mtad.models import ModelRunner
 from mtad.warping import NEG_INF, Candidates, WarpConfig, warp_candidates
 
@@ -90,6 +91,7 @@ def residual_logprobs(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, log_resid, logp)
 
 
+@register_method(SpSParams)
 class SpeculativeSampling(DecodingMethod):
     name = "sps"
     uses_draft = True

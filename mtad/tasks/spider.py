@@ -15,6 +15,22 @@ reading), each under a time limit and a row cap; a prediction is correct when it
 equal the gold ones as a multiset, or as a list when the gold query has ``ORDER BY``. This is
 the plain execution match of the Spider evaluation, without the test-suite databases or its
 column-permutation search.
+
+``protocol: authors`` runs Spider as the MTAD authors' code does (GitHub ZongyueQin/MTAD,
+``src/evaluation.py`` and ``src/utils.py``): the prompt is their one-shot Llama-2-chat-style
+example (:data:`AUTHORS_EXAMPLE`, the text of their ``spider_examples``), then ``Schema:`` with
+every table in their "MySQL-like" field format built from ``tables.json``
+(:func:`authors_schema`, after their ``creating_schema`` + ``find_fields_MYSQL_like``), the
+question and ``SQL:``; raw text for every model (their code applies no chat template); the
+first :data:`AUTHORS_N` dev questions unless ``limit`` says otherwise (``dataloader[:10]``); no
+stop strings (they decode the whole budget); the prediction is the continuation up to its first
+``;``. Alongside our execution accuracy the run reports theirs, ``execution_accuracy_authors``
+(rows compared as a set of sorted stringified rows: their ``match``). Their
+``execution_accuracy_references`` leaves questions whose gold query fails out of the
+denominator; here a failing gold query is a data error and stops the run.
+Not reproduced: their tokenizer call cuts every prompt to its first 512 tokens
+(``max_length=512, truncation=True``), which on large schemas drops the question itself; we feed
+the whole prompt.
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult
+from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, check_protocol
 
 STOP = (";", "\n\n", "```")
 RAW_TEMPLATE = (
@@ -43,6 +59,25 @@ CHAT_TEMPLATE = (
     "question: {question}\nReply with the SQL query only."
 )
 CHAT_PREFIX = "```sql\nSELECT"
+
+# The authors' few-shot preamble, exactly as their prompt starts (ZongyueQin/MTAD src/utils.py,
+# ``spider_examples``; the double spaces around ">" and the space after ";" are theirs).
+AUTHORS_EXAMPLE = (
+    "[INST] <<SYS>> You are a SQL expert. You need to write the correct SQL based on the user "
+    "question and database schemas. Below are some examples <</SYS>>\n"
+    "Example\n"
+    "Schema:\n"
+    "Table department, columns = [*,Department_ID,Name,Creation,Ranking,Budget_in_Billions,"
+    "Num_Employees]\n"
+    "Table head, columns = [*,head_ID,name,born_state,age]\n"
+    "Table management, columns = [*,department_ID,head_ID,temporary_acting]\n"
+    "Foreign_keys = [management.head_ID = head.head_ID,management.department_ID = "
+    "department.Department_ID]\n"
+    'Question: "How many heads of the departments are older than 56 ?"\n'
+    "SQL: SELECT count(*) FROM head WHERE age  >  56; \n\n"
+)
+AUTHORS_TEMPLATE = "{example}Schema:\n{schema}\nQuestion: {question}\nSQL:"
+AUTHORS_N = 10  # src/evaluation.py: ``dataloader = dataloader[:10]``
 
 _READ_ACTIONS = {
     sqlite3.SQLITE_SELECT,
@@ -121,6 +156,46 @@ def schema_ddl(db_path: Path) -> str:
     return "\n\n".join(r[0].strip() + ";" for r in rows)
 
 
+def authors_schema(db: dict[str, Any]) -> str:
+    """One ``tables.json`` entry in the authors' "MySQL-like" format.
+
+    One line per table, ``Table <name>, columns = [*,<col>,...]``, tables sorted by name (their
+    pandas ``groupby`` sorts the keys), columns in ``tables.json`` order after ``*``, original
+    (not normalised) names, no foreign keys (their schema lists them only in the example).
+    """
+    tables = list(db["table_names_original"])
+    fields: dict[str, list[str]] = {t: [] for t in tables}
+    for index, name in db["column_names_original"]:
+        if index == -1:  # Spider's "*" column stands for every table
+            for t in tables:
+                fields[t].append(name)
+        else:
+            fields[tables[index]].append(name)
+    return "".join(f"Table {t}, columns = [{','.join(fields[t])}]\n" for t in sorted(fields))
+
+
+def authors_prompt(db: dict[str, Any], question: str) -> str:
+    """The authors' Spider prompt for one question (see the module docstring)."""
+    return AUTHORS_TEMPLATE.format(
+        example=AUTHORS_EXAMPLE, schema=authors_schema(db), question=question
+    )
+
+
+def authors_prediction(text: str) -> str:
+    """The authors' prediction: the continuation up to its first ``;``, stripped."""
+    return text.split(";")[0].strip()
+
+
+def authors_match(gold: Sequence[tuple], pred: Sequence[tuple]) -> bool:
+    """The authors' result comparison: equal as sets of rows, each row's values stringified
+    and sorted (so column order, row order and duplicates do not matter)."""
+
+    def rows(result: Sequence[tuple]) -> set[tuple[str, ...]]:
+        return {tuple(sorted(str(v) for v in row)) for row in result}
+
+    return rows(gold) == rows(pred)
+
+
 def clean_prediction(text: str) -> str:
     """``SELECT`` + the model's continuation, on one line, without a trailing semicolon."""
     sql = "SELECT" + text
@@ -139,8 +214,14 @@ class SpiderTask(Task):
         timeout_s: float = 5.0,
         max_rows: int = 100_000,
         max_new_tokens: int = 128,
+        protocol: str = "harness",
         **common: Any,
     ) -> None:
+        self.protocol = check_protocol(protocol)
+        if protocol == "authors":  # raw text for every model, chat or not, as the authors do
+            common["chat_template"] = False
+            if common.get("limit") is None:
+                common["limit"] = AUTHORS_N
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.data_dir = Path(data_dir).expanduser() if data_dir else None
         self.split = split
@@ -172,7 +253,8 @@ class SpiderTask(Task):
     def load_samples(self) -> list[Sample]:
         root = self._check_data_dir()
         entries = json.loads((root / f"{self.split}.json").read_text())
-        known = {t["db_id"] for t in json.loads((root / "tables.json").read_text())}
+        dbs = {t["db_id"]: t for t in json.loads((root / "tables.json").read_text())}
+        known = set(dbs)
         schemas: dict[str, str] = {}
         samples = []
         for i, entry in enumerate(entries):
@@ -186,6 +268,17 @@ class SpiderTask(Task):
                     )
                 schemas[db_id] = schema_ddl(path)
             question = entry["question"].strip()
+            if self.protocol == "authors":
+                samples.append(
+                    Sample(
+                        id=f"{self.split}/{i}",
+                        turns=[authors_prompt(dbs[db_id], entry["question"])],
+                        stop=(),
+                        max_new_tokens=self.max_new_tokens,
+                        reference={"db_id": db_id, "question": question, "gold": entry["query"]},
+                    )
+                )
+                continue
             samples.append(
                 Sample(
                     id=f"{self.split}/{i}",
@@ -201,6 +294,11 @@ class SpiderTask(Task):
 
     def execution_match(self, db_id: str, gold: str, predicted: str) -> tuple[bool, str]:
         """(correct, error message) for one prediction."""
+        correct, _, error = self._execute(db_id, gold, predicted)
+        return correct, error
+
+    def _execute(self, db_id: str, gold: str, predicted: str) -> tuple[bool, bool, str]:
+        """(correct, correct by the authors' set comparison, error message)."""
         path = self.db_path(db_id)
         try:
             gold_rows = execute_readonly(path, gold, self.timeout_s, self.max_rows)
@@ -209,33 +307,38 @@ class SpiderTask(Task):
         try:
             pred_rows = execute_readonly(path, predicted, self.timeout_s, self.max_rows)
         except (QueryRefused, TimeoutError, sqlite3.Error) as e:
-            return False, f"{type(e).__name__}: {e}"
+            return False, False, f"{type(e).__name__}: {e}"
         ordered = re.search(r"\border\s+by\b", gold, re.IGNORECASE) is not None
-        return results_match(gold_rows, pred_rows, ordered), ""
+        return results_match(gold_rows, pred_rows, ordered), authors_match(gold_rows, pred_rows), ""
 
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
         records = []
         for output in outputs:
             ref = output.sample.reference
-            prediction = clean_prediction(output.text)
-            correct, error = self.execution_match(ref["db_id"], ref["gold"], prediction)
+            if self.protocol == "authors":
+                prediction = authors_prediction(output.text)
+            else:
+                prediction = clean_prediction(output.text)
+            correct, authors_correct, error = self._execute(ref["db_id"], ref["gold"], prediction)
             records.append(
                 {
                     **self.base_record(output),
                     "db_id": ref["db_id"],
                     "prediction": prediction,
                     "exec_match": correct,
+                    "exec_match_authors": authors_correct,
                     "exec_error": error,
                 }
             )
         n = len(records)
-        return TaskResult(
-            records,
-            {
-                "execution_accuracy": sum(r["exec_match"] for r in records) / n
-                if n
-                else float("nan"),
-                "spider_n": n,
-                "spider_errors": sum(bool(r["exec_error"]) for r in records),
-            },
-        )
+        metrics: dict[str, Any] = {
+            "execution_accuracy": sum(r["exec_match"] for r in records) / n if n else float("nan"),
+            "spider_n": n,
+            "spider_errors": sum(bool(r["exec_error"]) for r in records),
+            "spider_protocol": self.protocol,
+        }
+        if self.protocol == "authors":  # gold queries always run here (a failing one raises)
+            metrics["execution_accuracy_authors"] = (
+                sum(r["exec_match_authors"] for r in records) / n if n else float("nan")
+            )
+        return TaskResult(records, metrics)

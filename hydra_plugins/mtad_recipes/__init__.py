@@ -1,0 +1,1 @@
+"""Hydra sweeper that launches the runs of ``experiments/`` recipes (see mtad.paper)."""

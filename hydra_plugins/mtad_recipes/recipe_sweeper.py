@@ -1,0 +1,83 @@
+"""``hydra/sweeper=recipes``: a multirun over the runs the paper recipes need.
+
+Hydra's basic sweeper runs one cartesian product; a paper table needs a union of them (every
+method on every task, plus each ablation's grid), deduplicated, minus what is already done. This
+sweeper expands ``experiments/`` recipes under a profile with :mod:`mtad.paper` -- the same code
+``scripts/reproduce.py`` uses -- composes every job as the launcher will, skips complete runs,
+reports the runs that cannot run here (and why), and hands the rest to the configured launcher
+(basic, joblib, submitit/SLURM) in batches. So ``python run.py +experiment=llama70b`` starts the
+Llama-2-70B paper runs on whatever launcher the command line names.
+
+Hydra only instantiates plugins from the ``hydra_plugins`` namespace package, hence this home;
+the logic lives in ``mtad.paper``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+class RecipeSweeper(Sweeper):
+    def __init__(
+        self,
+        recipes: Sequence[str] = ("all",),
+        profile: str = "paper",
+        pairs: Sequence[str] | None = None,
+        max_batch_size: int | None = None,
+        dry_run: bool = False,
+    ) -> None:
+        self.recipes = list(recipes)
+        self.profile = profile
+        self.pairs = list(pairs) if pairs else None
+        self.max_batch_size = max_batch_size
+        self.dry_run = dry_run
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Any = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def _compose(self, overrides: Sequence[str]) -> DictConfig:
+        assert self.hydra_context is not None and self.config is not None
+        return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+
+    def sweep(self, arguments: list[str]) -> Any:
+        from mtad.paper.plan import describe, make_plan
+        from mtad.paper.status import CachedComposer
+
+        assert self.config is not None and self.launcher is not None
+        compose = CachedComposer(self._compose)
+        plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
+        print(describe(plan, verbose=self.dry_run), flush=True)
+        not_run = sorted({s.reason for s in plan.status.values() if s.state == "not_run"})
+        for reason in not_run:
+            print(f"  {reason}")
+        if self.dry_run:
+            return []
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        jobs = [list(s.planned.overrides) for s in plan.jobs]
+        size = self.max_batch_size or max(len(jobs), 1)
+        returns = []
+        for start in range(0, len(jobs), size):
+            batch = jobs[start : start + size]
+            returns.append(self.launcher.launch(batch, initial_job_idx=start))
+        return returns

@@ -1,0 +1,143 @@
+"""Training data of a distillation: prompts encoded as the harness encodes them, the target's
+continuations, the buffer of generated sequences, micro-batches, and ``data.npz`` files."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mtad.distill import objectives as O
+
+
+def encode_item(tok, item) -> list[int]:
+    """Token ids of a pool/eval item, built as the harness builds prompts (mtad.tasks.base):
+    chat-template text (+ system message, + assistant prefill), tokenised without extra specials;
+    raw text items are tokenised as they are."""
+    if "messages" in item:
+        msgs = list(item["messages"])
+        if item.get("system"):
+            msgs = [{"role": "system", "content": item["system"]}] + msgs
+        text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        text += item.get("assistant_prefix", "")
+        return tok(text, add_special_tokens=False).input_ids
+    return tok(item["text"], add_special_tokens=False).input_ids
+
+
+@torch.no_grad()
+def generate(target, tok, prompts: list[list[int]], max_new: int, greedy: bool, device: str,
+             generator_seed: int) -> list[list[int]]:
+    """Target continuations (cut after the first EOS, EOS kept) of left-padded prompts."""
+    from transformers import GenerationConfig
+
+    pad = tok.pad_token_id
+    eos = tok.eos_token_id
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    w = O.AUTHORS_WARP
+    gc = GenerationConfig(max_new_tokens=max_new, do_sample=not greedy, pad_token_id=pad,
+                          eos_token_id=eos, bos_token_id=tok.bos_token_id)
+    if not greedy:
+        gc.temperature, gc.top_k, gc.top_p = w.temperature, w.top_k, w.top_p
+    torch.manual_seed(generator_seed)
+    out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                          generation_config=gc)
+    out = out[:, width:].cpu().tolist()
+    res = []
+    for row in out:
+        if eos in row:
+            row = row[: row.index(eos) + 1]
+        res.append(row)
+    return res
+
+
+@dataclass
+class Buffer:
+    seqs: list = field(default_factory=list)  # list[list[int]] prompt+response
+    plens: list = field(default_factory=list)  # prompt lengths
+    kinds: list = field(default_factory=list)
+    gen_tokens: int = 0
+    gen_tokens_greedy: int = 0
+
+    def add(self, prompt, resp, kind, greedy):
+        if not resp:
+            return
+        self.seqs.append(prompt + resp)
+        self.plens.append(len(prompt))
+        self.kinds.append(kind)
+        self.gen_tokens += len(resp)
+        if greedy:
+            self.gen_tokens_greedy += len(resp)
+
+
+def make_batches(buf: Buffer, idx: list[int], micro_tokens: int):
+    """Sort by length and cut into right-padded micro-batches of <= micro_tokens cells."""
+    idx = sorted(idx, key=lambda i: len(buf.seqs[i]))
+    batches, cur = [], []
+    for i in idx:
+        L = len(buf.seqs[i])
+        if cur and (len(cur) + 1) * max(L, len(buf.seqs[cur[-1]])) > micro_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def collate(buf: Buffer, rows: list[int], pad: int, prompt_weight: float, device: str):
+    L = max(len(buf.seqs[i]) for i in rows)
+    x = torch.full((len(rows), L), pad, dtype=torch.long)
+    w = torch.zeros((len(rows), L))
+    for r, i in enumerate(rows):
+        s = buf.seqs[i]
+        x[r, : len(s)] = torch.tensor(s)
+        p = buf.plens[i]
+        # position t predicts token t+1: response targets start at t = p-1, end at len-2
+        w[r, p - 1 : len(s) - 1] = 1.0
+        if prompt_weight > 0:
+            w[r, : p - 1] = prompt_weight
+    return x.to(device), w.to(device)
+
+
+def save_data(buf: Buffer, path: Path, transport_dir: str | None, chunk_mib: float):
+    """Generated sequences as uint16 ids (+ lengths, prompt lengths, kinds), atomically."""
+    lens = np.array([len(x) for x in buf.seqs], dtype=np.int32)
+    toks = np.fromiter((t for x in buf.seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, tokens=toks, lens=lens, plens=np.array(buf.plens, dtype=np.int32),
+             kinds=np.array(buf.kinds), gen_tokens=buf.gen_tokens,
+             gen_tokens_greedy=buf.gen_tokens_greedy)
+    os.replace(tmp, path)
+    if transport_dir:
+        write_parts(path.read_bytes(), Path(transport_dir), "data.npz", chunk_mib)
+
+
+def write_parts(data: bytes, folder: Path, stem: str, chunk_mib: float) -> None:
+    """``data`` as ``<stem>.partNN`` files of at most ``chunk_mib`` MiB, each atomically."""
+    chunk = int(chunk_mib * 2**20)
+    for j in range(math.ceil(len(data) / chunk)):
+        tmp = folder / f"{stem}.part{j:02d}.tmp"
+        tmp.write_bytes(data[j * chunk : (j + 1) * chunk])
+        os.replace(tmp, folder / f"{stem}.part{j:02d}")
+
+
+def load_data(path: str, buf: Buffer) -> None:
+    z = np.load(path)
+    toks, lens = z["tokens"].astype(np.int64), z["lens"]
+    off = 0
+    for n, p, k in zip(lens, z["plens"], z["kinds"], strict=True):
+        buf.seqs.append(toks[off : off + n].tolist())
+        buf.plens.append(int(p))
+        buf.kinds.append(str(k))
+        off += n
+    buf.gen_tokens += int(z["gen_tokens"])
+    buf.gen_tokens_greedy += int(z["gen_tokens_greedy"])

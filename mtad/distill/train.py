@@ -1,0 +1,98 @@
+"""One optimiser step of every draft on a sample of the buffer, its learning-rate schedule,
+and the resumable checkpoint."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from pathlib import Path
+
+import torch
+
+from mtad.distill import objectives as O
+from mtad.distill.data import Buffer, collate, make_batches
+
+
+def autocast_ctx(args):
+    use = args.autocast == "bf16" or (args.autocast == "auto" and args.device.startswith("cuda"))
+    dev = "cuda" if args.device.startswith("cuda") else "cpu"
+    return torch.autocast(dev, dtype=torch.bfloat16, enabled=use)
+
+
+def lr_at(args, progress: float, step: int) -> float:
+    if step < args.warmup_steps:
+        return args.lr * (step + 1) / args.warmup_steps
+    progress = min(max(progress, 0.0), 1.0)
+    m = args.min_lr_frac
+    return args.lr * (m + (1 - m) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Random, lr: float):
+    """One optimiser step per draft on ~tokens_per_step tokens sampled from the buffer."""
+    n = len(buf.seqs)
+    mean_len = max(1.0, sum(len(s) for s in buf.seqs[-512:]) / min(n, 512))
+    k = max(1, min(n, int(args.tokens_per_step / mean_len)))
+    idx = rng.sample(range(n), k)
+    batches = make_batches(buf, idx, args.micro_tokens)
+    total_w = 0.0
+    for opt in opts:
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+    cells = []
+    for rows in batches:
+        x, w = collate(buf, rows, target.config.pad_token_id or 0, args.prompt_weight, args.device)
+        sel = w > 0
+        ws = w[sel]
+        cells.append((x, sel, ws))
+        total_w += float(ws.sum())
+    acc = {s.name: {k: torch.zeros((), device=args.device) for k in ("kl", "tv", "agree")}
+           for s in specs}
+    for x, sel, ws in cells:
+        # target-side quantities once per micro-batch, shared by every draft
+        with torch.no_grad():
+            with autocast_ctx(args):
+                th = target.model(input_ids=x).last_hidden_state[sel]
+                t_logits = target.lm_head(th).float()
+            t_logp = torch.log_softmax(t_logits, -1)
+            t_p = t_logp.exp()
+            negent = (t_p * t_logp).sum(-1)
+            t_arg = t_logits.argmax(-1)
+            t_warped = O.target_sparse(t_logits) if any(s.tv_weight > 0 for s in specs) else None
+            del t_logits, th
+        for spec, d in zip(specs, drafts, strict=True):
+            with autocast_ctx(args):
+                dh = d.model(input_ids=x).last_hidden_state[sel]
+                d_logits = d.lm_head(dh).float()
+            kl = O.forward_kl(t_logp, d_logits, negent, t_p)
+            loss = (kl * ws).sum() / total_w
+            a = acc[spec.name]
+            if spec.tv_weight > 0:
+                ov = O.warped_overlap(None, d_logits, target_warped=t_warped)
+                loss = loss + spec.tv_weight * ((1 - ov) * ws).sum() / total_w
+                a["tv"] += ((1 - ov.detach()) * ws).sum() / total_w
+            loss.backward()
+            a["kl"] += (kl.detach() * ws).sum() / total_w
+            a["agree"] += ((d_logits.detach().argmax(-1) == t_arg).float() * ws).sum() / total_w
+            del d_logits, dh, kl, loss
+        del t_logp, t_p, negent, t_warped
+    for d, opt in zip(drafts, opts, strict=True):
+        if args.grad_clip:
+            torch.nn.utils.clip_grad_norm_(d.parameters(), args.grad_clip)
+        opt.step()
+    stats = {name: {k: float(v) for k, v in a.items()} for name, a in acc.items()}
+    tokens = int(sum(int(sel.sum()) for _, sel, _ in cells))
+    return stats, tokens
+
+
+def save_ckpt(path: Path, state: dict):
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / "state.pt.tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path / "state.pt")
+
+
+def load_ckpt(path: Path):
+    f = path / "state.pt"
+    return torch.load(f, map_location="cpu", weights_only=False) if f.is_file() else None

@@ -1,0 +1,106 @@
+"""A plan: every recipe's runs under a profile, where each stands, and the jobs still to run.
+
+Jobs are the runnable runs (missing, or failed before) deduplicated by signature: recipes share
+runs, and two override sets can name one configuration (``method.tau=0.5`` is MTAD's default).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from mtad.paper.recipes import (
+    PlannedRun,
+    Profile,
+    Recipe,
+    expand_all,
+    load_profile,
+    load_recipes,
+    unique_runs,
+)
+from mtad.paper.status import Composer, RunStatus, estimate_seconds, resolve_all
+
+
+@dataclass
+class Plan:
+    profile: Profile
+    recipes: list[Recipe]
+    planned: dict[str, list[PlannedRun]]  # recipe -> its runs
+    status: dict[tuple[str, ...], RunStatus]  # PlannedRun.key -> status
+    jobs: list[RunStatus] = field(default_factory=list)  # runnable, one per signature
+    pairs: list[str] = field(default_factory=list)  # the pairs planned (the profile's or a subset)
+
+    def statuses(self, recipe: str) -> list[RunStatus]:
+        return [self.status[run.key] for run in self.planned[recipe]]
+
+    def by_signature(self) -> dict[str, RunStatus]:
+        return {s.signature: s for s in self.status.values() if s.signature}
+
+    def counts(self, recipe: str | None = None) -> Counter[str]:
+        """Distinct runs (by signature; not-run entries by override set) per state."""
+        pool = self.statuses(recipe) if recipe else list(self.status.values())
+        seen: dict[object, str] = {}
+        for s in pool:
+            seen[s.signature or s.planned.key] = s.state
+        return Counter(seen.values())
+
+    def estimate_s(self, statuses: Sequence[RunStatus] | None = None) -> float:
+        pool = self.jobs if statuses is None else statuses
+        return sum(
+            estimate_seconds(
+                s, self.profile.overhead_s, self.profile.seconds_per_token(s.planned.method)
+            )
+            for s in pool
+        )
+
+
+def make_plan(
+    recipe_names: Sequence[str],
+    profile_name: str,
+    compose: Composer,
+    pairs: Sequence[str] | None = None,
+    user_overrides: Sequence[str] = (),
+) -> Plan:
+    profile = load_profile(profile_name)
+    recipes = load_recipes(recipe_names)
+    planned = expand_all(recipes, profile, pairs, user_overrides)
+    status = resolve_all(unique_runs(planned), compose)
+    jobs: dict[str, RunStatus] = {}
+    for s in status.values():
+        if s.runnable and s.signature not in jobs:
+            jobs[str(s.signature)] = s
+    chosen = list(pairs) if pairs else list(profile.pairs)
+    return Plan(profile, recipes, planned, status, list(jobs.values()), chosen)
+
+
+def describe(plan: Plan, verbose: bool = False) -> str:
+    """Runs per recipe (distinct configurations) with their states, and the cost estimate."""
+    lines = [
+        f"profile {plan.profile.name!r} -> results/{plan.profile.study}/ "
+        f"(pairs: {', '.join(plan.pairs)})"
+    ]
+    for recipe in plan.recipes:
+        c = plan.counts(recipe.name)
+        total = sum(c.values())
+        parts = ", ".join(
+            f"{c[k]} {k.replace('_', ' ')}"
+            for k in ("done", "missing", "failed", "not_run")
+            if c[k]
+        )
+        lines.append(f"  {recipe.name:<15} {total:>4} runs ({parts})")
+        if verbose:
+            for s in {id(s): s for s in plan.statuses(recipe.name)}.values():
+                where = s.signature or (s.reason or "")
+                lines.append(f"      {s.state:<8} {' '.join(s.planned.overrides)}  [{where}]")
+    c = plan.counts()
+    est = plan.estimate_s()
+    lines.append(
+        f"  all recipes: {sum(c.values())} distinct runs; {len(plan.jobs)} to run "
+        f"(~{est / 60:.0f} min at the profile's cost model), {c['done']} done, "
+        f"{c['not_run']} not runnable here"
+    )
+    return "\n".join(lines)
+
+
+__all__ = ["Plan", "describe", "make_plan"]

@@ -1,0 +1,325 @@
+"""Recipes (``experiments/*.yaml``) and profiles (``experiments/profiles.yaml``) expanded into
+the harness runs behind each paper table or figure.
+
+A recipe says what it reproduces, its runs as grids of Hydra overrides (each grid a cartesian
+product, run for every pair and seed of the profile) and how they aggregate (table columns,
+figures, claims). A profile says where and at what size: the study, the pairs with the overrides
+that select them, the seeds, overrides for every run and per task, and the tasks it does not run
+(with why and the override that enables them). Recipes overlap on purpose: a run shared by two
+recipes has one signature, so it runs once and both recipes read it.
+
+The same expansion feeds ``scripts/reproduce.py`` (which runs and renders) and the Hydra sweeper
+``hydra_plugins.mtad_recipes`` (which lets ``python run.py +experiment=llama70b`` launch a pair's
+paper runs through any Hydra launcher): one source of truth for what a paper table needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENTS = REPO / "experiments"
+PROFILES_FILE = "profiles.yaml"
+PROFILES = ("paper", "cpu", "smoke")
+# Keys a recipe grid sets per run; a user override of one of them would silently change what
+# the recipe compares, so it is refused.
+RUN_KEYS = ("method", "task", "runtime.seed")
+
+
+class RecipeError(ValueError):
+    """A recipe or profile that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    why: str
+    enable: str
+
+    def text(self) -> str:
+        return f"not run: {self.why} (enable: {self.enable})"
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    study: str
+    pairs: dict[str, tuple[str, ...]]
+    seeds: tuple[int, ...]
+    overrides: tuple[str, ...]
+    task_overrides: dict[str, tuple[str, ...]]
+    unavailable: dict[str, Unavailable]
+    overhead_s: float
+    s_per_token: dict[str, float]
+
+    def seconds_per_token(self, method: str) -> float:
+        return float(self.s_per_token.get(method, self.s_per_token.get("default", 0.1)))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    title: str
+    reproduces: str
+    runs: tuple[dict[str, tuple[Any, ...]], ...]
+    table: dict[str, Any]
+    figures: tuple[dict[str, Any], ...]
+    claims: tuple[dict[str, Any], ...]
+    profiles: dict[str, dict[str, Any]]
+
+    def grids(self, profile: str) -> tuple[dict[str, tuple[Any, ...]], ...]:
+        custom = self.profiles.get(profile, {}).get("runs")
+        return _grids(custom, self.name) if custom else self.runs
+
+    def seeds(self, profile: Profile) -> tuple[int, ...]:
+        custom = self.profiles.get(profile.name, {}).get("seeds")
+        return tuple(int(s) for s in custom) if custom else profile.seeds
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One harness run a recipe needs: its overrides for ``run.py`` and what it stands for."""
+
+    recipe: str
+    pair: str
+    method: str
+    task: str
+    label: str  # the method and the method params the grid sets: "mtad(tau=0.3)"
+    seed: int
+    overrides: tuple[str, ...]
+    params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    unavailable: Unavailable | None = None
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """Identity before composing: the same overrides are the same run."""
+        return tuple(sorted(self.overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise RecipeError(f"{path}: cannot read ({err.strerror})") from err
+    except yaml.YAMLError as err:
+        raise RecipeError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from err
+    if not isinstance(data, dict):
+        raise RecipeError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def recipe_names(root: Path = EXPERIMENTS) -> list[str]:
+    return sorted(p.stem for p in root.glob("*.yaml") if p.name != PROFILES_FILE)
+
+
+def load_profile(name: str, root: Path = EXPERIMENTS) -> Profile:
+    profiles = _read_yaml(root / PROFILES_FILE)
+    if name not in profiles:
+        raise RecipeError(
+            f"profile {name!r} is not in {root / PROFILES_FILE}; choose from {', '.join(profiles)}"
+        )
+    p = profiles[name]
+    try:
+        unavailable = {
+            task: Unavailable(str(u["why"]), str(u["enable"]))
+            for task, u in (p.get("unavailable") or {}).items()
+        }
+        cost = p.get("cost") or {}
+        return Profile(
+            name=name,
+            description=" ".join(str(p.get("description", "")).split()),
+            study=str(p["study"]),
+            pairs={str(k): tuple(map(str, v or ())) for k, v in p["pairs"].items()},
+            seeds=tuple(int(s) for s in p["seeds"]),
+            overrides=tuple(map(str, p.get("overrides") or ())),
+            task_overrides={
+                str(k): tuple(map(str, v or ())) for k, v in (p.get("task_overrides") or {}).items()
+            },
+            unavailable=unavailable,
+            overhead_s=float(cost.get("overhead_s", 0.0)),
+            s_per_token={str(k): float(v) for k, v in (cost.get("s_per_token") or {}).items()},
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise RecipeError(f"profile {name!r}: bad or missing field ({err})") from err
+
+
+def _grids(raw: Any, recipe: str) -> tuple[dict[str, tuple[Any, ...]], ...]:
+    if not isinstance(raw, list) or not raw:
+        raise RecipeError(f"recipe {recipe!r}: 'runs' must be a non-empty list of grids")
+    grids = []
+    for grid in raw:
+        if not isinstance(grid, dict) or "method" not in grid or "task" not in grid:
+            raise RecipeError(f"recipe {recipe!r}: every grid needs 'method' and 'task' lists")
+        grids.append({str(k): tuple(v) if isinstance(v, list) else (v,) for k, v in grid.items()})
+    return tuple(grids)
+
+
+def load_recipe(name: str, root: Path = EXPERIMENTS) -> Recipe:
+    path = root / f"{name}.yaml"
+    if not path.is_file():
+        raise RecipeError(
+            f"unknown recipe {name!r}; choose from all, {', '.join(recipe_names(root))}"
+        )
+    data = _read_yaml(path)
+    return Recipe(
+        name=name,
+        title=str(data.get("title", name)),
+        reproduces=" ".join(str(data.get("reproduces", "")).split()),
+        runs=_grids(data.get("runs"), name),
+        table=dict(data.get("table") or {}),
+        figures=tuple(data.get("figures") or ()),
+        claims=tuple(data.get("claims") or ()),
+        profiles=dict(data.get("profiles") or {}),
+    )
+
+
+def load_recipes(names: Iterable[str], root: Path = EXPERIMENTS) -> list[Recipe]:
+    """``all`` (alone or among others) means every recipe file."""
+    wanted = list(names)
+    if not wanted or "all" in wanted:
+        wanted = recipe_names(root)
+    return [load_recipe(n, root) for n in dict.fromkeys(wanted)]
+
+
+# --------------------------------------------------------------------------------------------
+# overrides
+
+
+def override_key(override: str) -> str:
+    """The key an override sets: ``+experiment=x`` -> ``experiment``, ``~a.b`` -> ``a.b``."""
+    head = override.split("=", 1)[0]
+    return head.lstrip("+~")
+
+
+def merge_overrides(*layers: Sequence[str]) -> tuple[str, ...]:
+    """Later layers win per key; order of first appearance is kept (Hydra applies group
+    choices before values whatever the order, and a repeated group choice is an error)."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        for ov in layer:
+            merged[override_key(ov)] = ov
+    return tuple(merged.values())
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_value(x) for x in v) + "]"
+    return str(v)
+
+
+def _label(method: str, params: dict[str, Any]) -> str:
+    if not params:
+        return method
+    inner = ",".join(f"{k}={_value(v)}" for k, v in params.items())
+    return f"{method}({inner})"
+
+
+def expand(
+    recipe: Recipe,
+    profile: Profile,
+    pairs: Sequence[str] | None = None,
+    user_overrides: Sequence[str] = (),
+) -> list[PlannedRun]:
+    """Every run ``recipe`` needs under ``profile`` (optionally only ``pairs``), with the
+    user's overrides applied after the profile's and before the recipe's own keys."""
+    clash = [ov for ov in user_overrides if override_key(ov) in RUN_KEYS]
+    if clash:
+        raise RecipeError(
+            f"{override_key(clash[0])}: set by the recipes (method, task and seed are what they "
+            f"compare); drop {clash[0]!r} or run one configuration with run.py"
+        )
+    chosen = list(profile.pairs) if not pairs else list(pairs)
+    unknown = [p for p in chosen if p not in profile.pairs]
+    if unknown:
+        raise RecipeError(
+            f"pair {unknown[0]!r} is not in profile {profile.name!r}; choose from "
+            f"{', '.join(profile.pairs)}"
+        )
+    runs: list[PlannedRun] = []
+    for pair in chosen:
+        for seed in recipe.seeds(profile):
+            for grid in recipe.grids(profile.name):
+                keys = list(grid)
+                for values in itertools.product(*(grid[k] for k in keys)):
+                    point = dict(zip(keys, values, strict=True))
+                    method, task = str(point.pop("method")), str(point.pop("task"))
+                    params = {
+                        k.removeprefix("method."): v
+                        for k, v in point.items()
+                        if k.startswith("method.")
+                    }
+                    own = [f"method={method}", f"task={task}"]
+                    own += [f"{k}={_value(v)}" for k, v in point.items()]
+                    overrides = merge_overrides(
+                        profile.pairs[pair],
+                        [f"results.study={profile.study}"],
+                        profile.overrides,
+                        profile.task_overrides.get(task, ()),
+                        user_overrides,
+                        own,
+                        [f"runtime.seed={seed}"],
+                    )
+                    runs.append(
+                        PlannedRun(
+                            recipe=recipe.name,
+                            pair=pair,
+                            method=method,
+                            task=task,
+                            label=_label(method, params),
+                            seed=int(seed),
+                            overrides=overrides,
+                            params=params,
+                            unavailable=profile.unavailable.get(task),
+                        )
+                    )
+    return runs
+
+
+def expand_all(
+    recipes: Sequence[Recipe],
+    profile: Profile,
+    pairs: Sequence[str] | None = None,
+    user_overrides: Sequence[str] = (),
+) -> dict[str, list[PlannedRun]]:
+    return {r.name: expand(r, profile, pairs, user_overrides) for r in recipes}
+
+
+def unique_runs(planned: dict[str, list[PlannedRun]]) -> list[PlannedRun]:
+    """Each distinct override set once, in recipe order (recipes share runs)."""
+    seen: dict[tuple[str, ...], PlannedRun] = {}
+    for runs in planned.values():
+        for run in runs:
+            seen.setdefault(run.key, run)
+    return list(seen.values())
+
+
+__all__ = [
+    "EXPERIMENTS",
+    "PROFILES",
+    "PlannedRun",
+    "Profile",
+    "Recipe",
+    "RecipeError",
+    "Unavailable",
+    "expand",
+    "expand_all",
+    "load_profile",
+    "load_recipe",
+    "load_recipes",
+    "merge_overrides",
+    "override_key",
+    "recipe_names",
+    "unique_runs",
+]

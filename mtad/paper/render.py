@@ -1,0 +1,252 @@
+"""Recipes rendered: tables (Markdown, LaTeX booktabs, CSV), figures (PNG + PDF), claims.
+
+Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
+baseline run, :mod:`mtad.paper.frames`), shown as ``mean ± std (n=seeds)``. A cell without runs
+says why: ``not run: ...`` with the override that enables it, ``failed: ...``, ``pending: ...``
+(MT-Bench without a judge) or ``missing``; a metric that does not apply is ``—``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from mtad.paper.figures import ROW_KEYS, draw_figure
+from mtad.paper.frames import run_rows
+from mtad.paper.plan import Plan
+from mtad.paper.recipes import Recipe
+from mtad.paper.rendered import Rendered
+
+NOT_APPLICABLE = "—"
+ENERGY_COLUMNS = (
+    "j_per_token",
+    "gpu_j_per_token",
+    "energy_ratio_vs_sps",
+    "gpu_energy_ratio_vs_sps",
+    "energy.cpu_mode",
+    "energy.gpu_mode",
+    "energy.ram_mode",
+)
+PERCENT_COLUMNS = ("ppl_change_vs_ar", "score_change_vs_ar")
+RATIO_COLUMNS = (
+    "speedup_vs_ar",
+    "speedup_vs_sps",
+    "energy_ratio_vs_sps",
+    "gpu_energy_ratio_vs_sps",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# aggregation
+
+
+def _values(group: pd.DataFrame, column: str) -> list[float]:
+    if column not in group.columns:
+        return []
+    done = group[group["state"] == "done"]
+    vals = pd.to_numeric(done[column], errors="coerce").dropna()
+    return [float(v) for v in vals if math.isfinite(float(v))]
+
+
+def _text_values(group: pd.DataFrame, column: str) -> list[str]:
+    if column not in group.columns:
+        return []
+    done = group[group["state"] == "done"]
+    return sorted({str(v) for v in done[column].dropna() if str(v) not in ("", "nan")})
+
+
+def _fmt(x: float, column: str) -> str:
+    if column in PERCENT_COLUMNS:
+        return f"{100 * x:+.1f}%"
+    if column in RATIO_COLUMNS:
+        return f"{x:.2f}x"
+    # Fixed decimals by magnitude, so a mean and its std line up ("1.000 ± 0.064").
+    for limit, decimals in ((10, 3), (100, 2), (1000, 1)):
+        if abs(x) < limit:
+            return f"{x:.{decimals}f}"
+    return f"{x:.0f}"
+
+
+def aggregate(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(display, numeric)``: one display row per (pair, task, method) in plan order, and the
+    long numeric frame (``pair, task, method, metric, mean, std, n``)."""
+    display_rows, numeric_rows = [], []
+    for key, group in runs.groupby(ROW_KEYS, sort=False, dropna=False):
+        row: dict[str, Any] = dict(zip(ROW_KEYS, key, strict=True))
+        done = group[group["state"] == "done"]
+        seeds = int(done["seed"].nunique()) if not done.empty else 0
+        reason = "" if seeds else str(group.loc[group["state"] != "done", "cell"].iloc[0])
+        for column in columns:
+            vals = _values(group, column)
+            if vals:
+                mean = sum(vals) / len(vals)
+                std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
+                text = _fmt(mean, column)
+                if len(vals) > 1:
+                    text += f" ± {_fmt(std, column).lstrip('+')}"
+                row[column] = f"{text} (n={len(vals)})"
+                numeric_rows.append(
+                    {
+                        **dict(zip(ROW_KEYS, key, strict=True)),
+                        "metric": column,
+                        "mean": mean,
+                        "std": std,
+                        "n": len(vals),
+                    }
+                )
+            elif not seeds:  # the reason once, in the first column; a short label after it
+                row[column] = reason if column == columns[0] else reason.split(":", 1)[0]
+            elif column == "score" and _text_values(group, "pending"):
+                row[column] = _text_values(group, "pending")[0]
+            elif column in ENERGY_COLUMNS and _text_values(group, "energy.tracker") == ["none"]:
+                row[column] = "not measured (energy=none)"
+            else:
+                texts = _text_values(group, column)
+                row[column] = ",".join(texts) if texts else NOT_APPLICABLE
+        row["seeds"] = seeds
+        display_rows.append(row)
+    display = pd.DataFrame(display_rows)
+    numeric = pd.DataFrame(numeric_rows, columns=[*ROW_KEYS, "metric", "mean", "std", "n"])
+    return display, numeric
+
+
+def recipe_table(recipe: Recipe, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    columns = dict(recipe.table.get("columns") or {})
+    display, numeric = aggregate(runs, list(columns))
+    display = display.rename(columns=columns)
+    return display, numeric
+
+
+# --------------------------------------------------------------------------------------------
+# claims
+
+
+def claims_table(recipe: Recipe, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each claim of ``recipe`` beside our figure: per (pair, task) means over seeds."""
+    out = []
+    for claim in recipe.claims:
+        metric, method = str(claim["metric"]), str(claim["method"])
+        direction, threshold = str(claim["holds_if"]).split()
+        ours, verdicts = [], []
+        sub = runs[runs["method"] == method] if not runs.empty else runs
+        for (pair, task), group in sub.groupby(["pair", "task"], sort=False):
+            vals = _values(group, metric)
+            if not vals:
+                continue
+            mean = sum(vals) / len(vals)
+            ours.append(f"{_fmt(mean, metric)} ({pair}/{task}, n={len(vals)})")
+            verdicts.append(
+                mean < float(threshold) if direction == "below" else mean > float(threshold)
+            )
+        if verdicts:
+            held = sum(verdicts)
+            holds = "yes" if held == len(verdicts) else ("no" if held == 0 else "mixed")
+            holds += f" ({held}/{len(verdicts)})"
+        else:
+            holds = "n/a: no comparable runs (baseline missing or metric undefined)"
+        out.append(
+            {
+                "claim": claim["claim"],
+                "source": claim.get("source", ""),
+                "paper": str(claim.get("paper", "")),
+                "ours": "; ".join(ours) if ours else NOT_APPLICABLE,
+                "holds": holds,
+            }
+        )
+    return pd.DataFrame(out, columns=["claim", "source", "paper", "ours", "holds"])
+
+
+# --------------------------------------------------------------------------------------------
+# files
+
+
+def _latex(table: pd.DataFrame) -> str:
+    styler = table.style.hide(axis="index").format(escape="latex")
+    return styler.to_latex(hrules=True, column_format="l" * len(table.columns))
+
+
+def write_table(table: pd.DataFrame, numeric: pd.DataFrame, stem: Path) -> None:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".md").write_text(table.to_markdown(index=False) + "\n")
+    stem.with_suffix(".tex").write_text(_latex(table))
+    numeric.to_csv(stem.with_suffix(".csv"), index=False)
+
+
+def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
+    """Render every recipe of ``plan`` into ``out_dir`` (tables/, figures/, paper.md)."""
+    rendered = Rendered(
+        study=plan.profile.study,
+        profile=plan.profile.name,
+        out_dir=out_dir,
+        commands=list(commands),
+    )
+    sections = [
+        f"# Paper reproduction: profile `{plan.profile.name}`, study `{plan.profile.study}`",
+        "",
+        plan.profile.description,
+        "",
+    ]
+    if commands:
+        sections += ["Generated by:", "", "```bash", *commands, "```", ""]
+    ratio_frames = []
+    for recipe in plan.recipes:
+        runs = run_rows(plan, recipe.name)
+        sections += [
+            f"## {recipe.title} (`experiments/{recipe.name}.yaml`)",
+            "",
+            recipe.reproduces,
+            "",
+        ]
+        if recipe.table.get("columns"):
+            table, numeric = recipe_table(recipe, runs)
+            write_table(table, numeric, out_dir / "tables" / recipe.name)
+            rendered.tables[recipe.name] = table
+            rendered.numeric[recipe.name] = numeric
+            sections += [table.to_markdown(index=False), ""]
+        if recipe.claims:
+            claims = claims_table(recipe, runs)
+            write_table(claims, claims, out_dir / "tables" / recipe.name)
+            rendered.tables[recipe.name] = claims
+            rendered.claims = claims
+            sections += [claims.to_markdown(index=False), ""]
+        for spec in recipe.figures:
+            name = f"{recipe.name}_{spec['name']}"
+            path = out_dir / "figures" / name
+            if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
+                rendered.figures[name] = path.with_suffix(".png")
+                sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
+            else:
+                sections += [f"*{name}: no completed runs to draw.*", ""]
+        if not runs.empty:
+            ratio_frames.append(runs)
+            done = runs[runs["state"] == "done"]
+            rendered.run_ids.extend(
+                s for s in done["signature"].dropna() if s not in rendered.run_ids
+            )
+    rendered.ratios = _ratios(ratio_frames)
+    rendered.markdown = "\n".join(sections)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "paper.md").write_text(rendered.markdown)
+    return rendered
+
+
+def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    columns = [*RATIO_COLUMNS, *PERCENT_COLUMNS]
+    if not frames:
+        return pd.DataFrame(columns=[*ROW_KEYS, *columns])
+    runs = pd.concat(frames, ignore_index=True)
+    runs = runs[runs["state"] == "done"].drop_duplicates(["signature", "method"])
+    if runs.empty:
+        return pd.DataFrame(columns=[*ROW_KEYS, *columns])
+    present = [c for c in columns if c in runs.columns]
+    numeric = runs[ROW_KEYS + present].copy()
+    for c in present:
+        numeric[c] = pd.to_numeric(numeric[c], errors="coerce")
+    return numeric.groupby(ROW_KEYS, sort=False).mean().reset_index()
+
+
+__all__ = ["aggregate", "claims_table", "recipe_table", "render"]

@@ -1,0 +1,171 @@
+"""Where each planned run stands: done, failed, not run (and why) or missing.
+
+A planned run is composed exactly as ``run.py`` would compose it and passed through the harness's
+own :func:`mtad.harness.runner.prepare` (validation, task data, signature; no model loads), so
+the signature found here is the one the run writes. Task data that is not there (Spider without
+``task.data_dir``) or a task the profile does not run becomes "not run" with the reason; any
+other bad value is a real error and stops everything before a run starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.results import METRICS_FILE, is_complete
+from mtad.harness.runner import prepare
+from mtad.paper.recipes import REPO, PlannedRun, RecipeError
+
+CONF = REPO / "conf"
+FAILED_FILE = "failed.json"
+# ConfigErrors under these keys mean "this data / judge is not here", not "this value is wrong".
+UNAVAILABLE_KEYS = ("task",)
+
+Composer = Callable[[Sequence[str]], DictConfig]
+
+
+@dataclass
+class RunStatus:
+    planned: PlannedRun
+    state: str  # "done" | "failed" | "not_run" | "missing"
+    signature: str | None = None
+    result_dir: Path | None = None
+    reason: str | None = None
+    n_samples: int = 0
+    max_new_tokens: int = 0
+
+    @property
+    def runnable(self) -> bool:
+        return self.state in ("missing", "failed")
+
+    def metrics(self) -> dict[str, Any]:
+        assert self.result_dir is not None
+        return json.loads((self.result_dir / METRICS_FILE).read_text())
+
+    def config(self) -> dict[str, Any]:
+        import yaml
+
+        assert self.result_dir is not None
+        return yaml.safe_load((self.result_dir / "config.yaml").read_text())
+
+    def cell(self) -> str:
+        """What a table shows where this run has no number."""
+        if self.state == "not_run":
+            return str(self.reason)
+        if self.state == "failed":
+            return f"failed: {self.reason} (see {FAILED_FILE})"
+        return "missing: not run yet"
+
+
+@contextmanager
+def hydra_composer(conf_dir: Path = CONF) -> Iterator[Composer]:
+    """Compose configs as ``run.py`` does, outside a running Hydra app."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        yield CachedComposer(lambda overrides: compose("config", overrides=list(overrides)))
+
+
+class CachedComposer:
+    """Compose each distinct set of config-group choices once, then apply the plain value
+    overrides to a copy, exactly as Hydra does after composing (its own
+    ``_apply_overrides_to_config``). A paper plan is hundreds of runs but a few dozen group
+    choice sets (pair x method x task), and one Hydra composition costs ~0.2-0.4 s.
+    ``tests/test_paper.py`` checks the result equals a direct composition."""
+
+    def __init__(self, compose: Composer, conf_dir: Path = CONF) -> None:
+        self.compose = compose
+        self.conf_dir = conf_dir
+        self.cache: dict[tuple[str, ...], DictConfig] = {}
+
+    def _is_group(self, override: Any) -> bool:
+        key = override.key_or_group
+        return "/" in key or (self.conf_dir / key).is_dir()
+
+    def __call__(self, overrides: Sequence[str]) -> DictConfig:
+        import copy
+
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        groups = tuple(o.input_line for o in parsed if self._is_group(o))
+        values = [o for o in parsed if not self._is_group(o)]
+        if groups not in self.cache:
+            self.cache[groups] = self.compose(list(groups))
+        cfg = copy.deepcopy(self.cache[groups])
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        return cfg
+
+
+def _without_hydra(cfg: DictConfig) -> DictConfig:
+    if "hydra" in cfg:
+        cfg = cfg.copy()
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
+
+
+def _failure_reason(folder: Path) -> str:
+    try:
+        info = json.loads((folder / FAILED_FILE).read_text())
+    except (OSError, ValueError):
+        return "unreadable failure record"
+    return str(info.get("error") or info.get("message") or "error").splitlines()[0][:200]
+
+
+def resolve(planned: PlannedRun, compose: Composer) -> RunStatus:
+    if planned.unavailable is not None:
+        return RunStatus(planned, "not_run", reason=planned.unavailable.text())
+    try:
+        cfg = _without_hydra(compose(planned.overrides))
+        prep = prepare(cfg)
+    except ConfigError as err:
+        if err.key.split(".", 1)[0] in UNAVAILABLE_KEYS:
+            return RunStatus(planned, "not_run", reason=f"not run: {err}")
+        raise RecipeError(
+            f"recipe {planned.recipe!r}, run {' '.join(planned.overrides)}: {err}"
+        ) from err
+    status = RunStatus(
+        planned,
+        "missing",
+        signature=prep.signature,
+        result_dir=prep.result_dir,
+        n_samples=len(prep.task.samples()),
+        max_new_tokens=int(OmegaConf.select(cfg, "task.max_new_tokens", default=0) or 0),
+    )
+    if is_complete(prep.result_dir):
+        status.state = "done"
+    elif (prep.result_dir / FAILED_FILE).is_file():
+        status.state, status.reason = "failed", _failure_reason(prep.result_dir)
+    return status
+
+
+def resolve_all(
+    planned: Sequence[PlannedRun], compose: Composer
+) -> dict[tuple[str, ...], RunStatus]:
+    """Status per distinct override set (``PlannedRun.key``)."""
+    out: dict[tuple[str, ...], RunStatus] = {}
+    for run in planned:
+        if run.key not in out:
+            out[run.key] = resolve(run, compose)
+    return out
+
+
+def estimate_seconds(status: RunStatus, overhead_s: float, s_per_token: float) -> float:
+    """The dry-run cost model: fixed overhead plus tokens x seconds per token."""
+    return overhead_s + status.n_samples * status.max_new_tokens * s_per_token
+
+
+__all__ = ["RunStatus", "estimate_seconds", "hydra_composer", "resolve", "resolve_all"]

@@ -1,0 +1,194 @@
+#!/usr/bin/env python
+"""Regenerate the paper's tables and figures: run what is missing, then render.
+
+    python scripts/reproduce.py all --profile smoke                 # tiny pair, seconds
+    python scripts/reproduce.py all --profile cpu                   # smollm2 on CPU, < 1 hour
+    python scripts/reproduce.py main ablation_tau --profile paper --pairs llama2_13b \\
+        hydra/launcher=slurm_1gpu                                    # GPUs via SLURM
+    python scripts/reproduce.py all --profile paper --dry-run       # every run, its state, cost
+
+Recipes are ``experiments/*.yaml``, profiles ``experiments/profiles.yaml``. Missing runs are
+launched as one Hydra multirun (``run.py -m hydra/sweeper=recipes ...``) so any Hydra launcher
+override applies; complete runs are skipped by signature, and with every run done nothing is
+launched and no model loads. Then each recipe renders to ``results/<study>/``: ``tables/``
+(Markdown, LaTeX, CSV), ``figures/`` (PNG, PDF), ``paper.md``, a W&B analysis run and a W&B
+report definition under ``report/`` (``--publish`` saves the report when W&B is online).
+Other ``key=value`` arguments are Hydra overrides for every run (``task.limit=2``); method, task
+and seed belong to the recipes and are refused. ``--export DIR`` copies the rendering without
+samples (the committed CPU reference: ``--export results/reference/cpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run as a script from anywhere: the repository's packages
+
+from mtad.paper import wandb_publish  # noqa: E402
+from mtad.paper.plan import Plan, describe, make_plan  # noqa: E402
+from mtad.paper.recipes import PROFILES, RecipeError  # noqa: E402
+from mtad.paper.render import render  # noqa: E402
+from mtad.paper.rendered import Rendered  # noqa: E402
+from mtad.paper.status import hydra_composer  # noqa: E402
+
+EXIT_USAGE = 2
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "recipes",
+        nargs="+",
+        help="recipe names (experiments/*.yaml) or 'all'",
+        metavar="RECIPE|all|OVERRIDE",
+    )
+    parser.add_argument("--profile", choices=PROFILES, default="cpu")
+    parser.add_argument("--pairs", help="comma-separated subset of the profile's pairs")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs per recipe, their state and the cost; run nothing",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="list every run")
+    parser.add_argument("--render-only", action="store_true", help="launch nothing")
+    parser.add_argument("--root", default="results", help="results root (results.root)")
+    parser.add_argument("--no-wandb", action="store_true", help="no W&B analysis run / report")
+    parser.add_argument(
+        "--publish", action="store_true", help="save the W&B report (W&B online) and print its URL"
+    )
+    parser.add_argument("--export", type=Path, help="copy the rendering (no samples) here")
+    args = parser.parse_intermixed_args(argv)
+    # Positional words with "=" (or starting with "+"/"~") are Hydra overrides.
+    words = args.recipes
+    args.overrides = [w for w in words if "=" in w or w.startswith(("+", "~"))]
+    args.recipes = [w for w in words if w not in args.overrides]
+    if not args.recipes:
+        parser.error("name at least one recipe, or 'all'")
+    args.hydra_overrides = [o for o in args.overrides if o.lstrip("+~").startswith("hydra")]
+    args.run_overrides = [o for o in args.overrides if o not in args.hydra_overrides]
+    if args.root != "results":
+        args.run_overrides.append(f"results.root={args.root}")
+    return args
+
+
+def plan_runs(args: argparse.Namespace) -> Plan:
+    pairs = args.pairs.split(",") if args.pairs else None
+    with hydra_composer() as compose:
+        return make_plan(args.recipes, args.profile, compose, pairs, args.run_overrides)
+
+
+def launch_command(args: argparse.Namespace) -> list[str]:
+    cmd = [
+        sys.executable,
+        str(REPO / "run.py"),
+        "-m",
+        "hydra/sweeper=recipes",
+        f"hydra.sweeper.recipes=[{','.join(args.recipes)}]",
+        f"hydra.sweeper.profile={args.profile}",
+    ]
+    if args.pairs:
+        cmd.append(f"hydra.sweeper.pairs=[{args.pairs}]")
+    return cmd + args.hydra_overrides + args.run_overrides
+
+
+def shell_line(argv: list[str]) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    t0 = time.perf_counter()
+    try:
+        plan = plan_runs(args)
+    except RecipeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    print(describe(plan, verbose=args.verbose or args.dry_run))
+    if args.dry_run:
+        print("launch: " + shell_line(launch_command(args)))
+        return 0
+    launched_ok = True
+    if plan.jobs and not args.render_only:
+        cmd = launch_command(args)
+        print(f"running {len(plan.jobs)} runs: {shell_line(cmd)}", flush=True)
+        launched_ok = subprocess.run(cmd, cwd=REPO).returncode == 0
+        plan = plan_runs(args)  # the states after the sweep
+    elif plan.jobs:
+        print(f"--render-only: {len(plan.jobs)} runs missing; their cells say so")
+    out_dir = Path(args.root) / plan.profile.study
+    command = shell_line(
+        ["python", "scripts/reproduce.py", *sys.argv[1:]]
+        if argv is None
+        else ["python", "scripts/reproduce.py", *argv]
+    )
+    rendered = render(plan, out_dir, commands=[command])
+    print(
+        f"rendered {len(rendered.tables)} tables, {len(rendered.figures)} figures -> "
+        f"{out_dir}/paper.md"
+    )
+    if not args.no_wandb:
+        publish_wandb(rendered, out_dir, args.publish)
+    if args.export:
+        export(out_dir, args.export, command, plan)
+    failed = plan.counts()["failed"] + plan.counts()["missing"]
+    print(f"reproduce: {time.perf_counter() - t0:.0f} s wall")
+    if failed and not args.render_only:
+        print(f"{failed} runs failed or missing: their cells say so; rerun to retry them")
+    return 0 if launched_ok and (not failed or args.render_only) else 1
+
+
+def publish_wandb(rendered: Rendered, out_dir: Path, publish: bool) -> None:
+    """The study's W&B analysis run (tables, figures, ratios) and its report definition under
+    ``report/``; ``publish`` saves the report when W&B is online (mtad.paper.wandb_publish)."""
+    analysis = wandb_publish.log_analysis_run(rendered, dir=str(out_dir))
+    try:
+        info = wandb_publish.write_report(
+            rendered, publish=publish, wandb_dir=str(out_dir), analysis=analysis
+        )
+    except wandb_publish.PublishError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from err
+    print(f"W&B analysis run {analysis['id']} ({analysis['mode']}) -> {analysis['dir']}")
+    print(f"report definition -> {info['definition']}" + (f"; published: {info['url']}"
+                                                          if info.get("url") else ""))
+
+
+def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
+    """Tables, figures, paper.md and the report (no samples, no W&B folders) to ``dest``."""
+    from mtad.harness.results import environment, write_json
+
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in ("tables", "figures"):
+        if (out_dir / name).is_dir():
+            shutil.copytree(out_dir / name, dest / name)
+    report = out_dir / "report"
+    if report.is_dir():
+        shutil.copytree(report, dest / "report", ignore=shutil.ignore_patterns("wandb", "*.wandb"))
+    shutil.copy2(out_dir / "paper.md", dest / "paper.md")
+    (dest / "command.txt").write_text(command + "\n")
+    env = environment()
+    summary = {k: env[k] for k in ("git", "python", "packages", "hardware")}
+    summary["runs"] = {
+        s.signature: s.planned.label + f" {s.planned.task} seed {s.planned.seed}"
+        for s in plan.status.values()
+        if s.state == "done"
+    }
+    write_json(dest / "environment.json", summary)
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+    print(f"exported -> {dest} ({size // 1024} KiB)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
