@@ -112,10 +112,6 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     write_atomic(path, "".join(dumps(row, indent=None) + "\n" for row in rows))
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 # --------------------------------------------------------------------------------------------
 # Environment
 

@@ -62,6 +62,7 @@ from mtad.harness.results import (
 )
 from mtad.harness.signature import run_signature
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
+from mtad.tokens import eos_token_ids
 
 SCHEMA_VERSION = 1
 
@@ -380,24 +381,14 @@ def _generator(prep: Prepared, pair: Any) -> Any:
     from mtad.tasks.base import TextGenerator
 
     seed = prep.spec.cfg.runtime.seed
-    decoder = Decoder(prep.method, pair.target, pair.draft, eos_token_ids=_eos_ids(pair), seed=seed)
+    decoder = Decoder(
+        prep.method,
+        pair.target,
+        pair.draft,
+        eos_token_ids=eos_token_ids(pair.tokenizer, pair.target.model),
+        seed=seed,
+    )
     return TextGenerator(decoder, pair.tokenizer, seed=seed)
-
-
-def _eos_ids(pair: Any) -> list[int]:
-    """The tokenizer's EOS plus the target's generation-config EOS ids (chat models add
-    end-of-turn tokens there)."""
-    ids: set[int] = set()
-    eos = getattr(pair.tokenizer, "eos_token_id", None)
-    if eos is not None:
-        ids.add(int(eos))
-    gen_cfg = getattr(pair.target.model, "generation_config", None)
-    extra = getattr(gen_cfg, "eos_token_id", None)
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif isinstance(extra, (list, tuple)):
-        ids.update(int(e) for e in extra)
-    return sorted(ids)
 
 
 def _warmup(prep: Prepared, generator: Any) -> None:
