@@ -319,3 +319,21 @@ def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(tmp_
     )
     assert preset.returncode == 0, preset.stderr[-2000:]
     assert "(pairs: opt_13b)" in preset.stdout and "  main " in preset.stdout
+
+
+def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "+experiment=opt13b",
+            "+sweep=methods",
+            f"hydra.sweep.dir={tmp_path}/ms",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0
+    assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr
