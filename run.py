@@ -11,6 +11,7 @@ run before any model loads, with one line on stderr naming the key, and exit sta
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,6 +35,11 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    # A W&B service inherited from a parent process (the SDK exports WANDB_SERVICE to its
+    # children) would hold every run of this command: a `kill -9` of this command would leave
+    # its run's stream open there, and the rerun's resume of the same run id would be refused
+    # ("run ID ... is in use"). Each run.py owns its W&B service.
+    os.environ.pop("WANDB_SERVICE", None)
     try:
         check_group_choices(sys.argv[1:], CONF_DIR)
     except ConfigError as err:

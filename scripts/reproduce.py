@@ -62,6 +62,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--root", default="results", help="results root (results.root)")
     parser.add_argument("--no-wandb", action="store_true", help="no W&B analysis run / report")
     parser.add_argument(
+        "--wandb-dir",
+        default=str(REPO),
+        help="where the analysis run is logged: the harness runs' logger.dir (run.py runs in "
+        "the repository, logger.dir '.'), so one folder holds every run the report shows",
+    )
+    parser.add_argument(
         "--publish", action="store_true", help="save the W&B report (W&B online) and print its URL"
     )
     parser.add_argument("--export", type=Path, help="copy the rendering (no samples) here")
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{out_dir}/paper.md"
     )
     if not args.no_wandb:
-        publish_wandb(rendered, out_dir, args.publish)
+        publish_wandb(rendered, args.publish, args.wandb_dir)
     if args.export:
         export(out_dir, args.export, command, plan)
     failed = plan.counts()["failed"] + plan.counts()["missing"]
@@ -147,20 +153,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if launched_ok and (not failed or args.render_only) else 1
 
 
-def publish_wandb(rendered: Rendered, out_dir: Path, publish: bool) -> None:
+def publish_wandb(rendered: Rendered, publish: bool, wandb_dir: str) -> None:
     """The study's W&B analysis run (tables, figures, ratios) and its report definition under
     ``report/``; ``publish`` saves the report when W&B is online (mtad.paper.wandb_publish)."""
-    analysis = wandb_publish.log_analysis_run(rendered, dir=str(out_dir))
+    analysis = wandb_publish.log_analysis_run(rendered, dir=wandb_dir)
     try:
         info = wandb_publish.write_report(
-            rendered, publish=publish, wandb_dir=str(out_dir), analysis=analysis
+            rendered, publish=publish, wandb_dir=wandb_dir, analysis=analysis
         )
     except wandb_publish.PublishError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from err
     print(f"W&B analysis run {analysis['id']} ({analysis['mode']}) -> {analysis['dir']}")
-    print(f"report definition -> {info['definition']}" + (f"; published: {info['url']}"
-                                                          if info.get("url") else ""))
+    print(
+        f"report definition -> {info['definition']}"
+        + (f"; published: {info['url']}" if info.get("url") else "")
+    )
 
 
 def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:

@@ -216,7 +216,7 @@ def test_signature_ignores_logging_device_and_output_keys(smoke: DictConfig) -> 
     same = [
         "logger.project=other",
         "energy.tracking_mode=machine",
-        "results.root=/elsewhere",
+        "results.root=elsewhere",
         "results.study=other",
         "runtime.threads=2",
         "runtime.progress=false",

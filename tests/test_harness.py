@@ -126,13 +126,15 @@ def test_every_method_writes_a_complete_result_folder(method_runs: dict, method:
             "prompt_tokens",
             "output_tokens",
             "new_tokens",
-            "wall_time",
-            "ms_per_token",
             "acceptance_rate",
             "accept_lengths",
         ):
             assert key in row, key
+        assert "wall_time" not in row and "ms_per_token" not in row  # clock readings: timings
     assert sum(r["new_tokens"] for r in samples) == metrics["new_tokens"]
+    timings = [json.loads(line) for line in (folder / "timings.jsonl").read_text().splitlines()]
+    assert [t["id"] for t in timings] == [r["id"] for r in samples]
+    assert all(t["wall_time"] > 0 and t["ms_per_token"] > 0 for t in timings)
 
     env = json.loads((folder / "environment.json").read_text())
     assert env["packages"]["torch"] and env["hardware"]["cpu_count"]

@@ -120,6 +120,8 @@ def _reproduce(
         *args,
         "--root",
         str(root),
+        "--wandb-dir",
+        str(root),
         f"hydra.sweep.dir={root}/multirun",
     ]
     t0 = time.perf_counter()
@@ -176,6 +178,10 @@ def test_smoke_renders_every_table_and_figure_within_budget(smoke: tuple[Path, f
     # Spider has no data here: a labelled cell with the override that enables it, not a gap.
     main = (study / "tables" / "main.md").read_text()
     assert "not run: task.data_dir" in main
+    # W&B (offline): one analysis run beside the runs, and the report definition + Markdown
+    assert len(list((study.parent / "wandb").glob("offline-run-*-analysis-*"))) == 1
+    for name in ("report.json", "report.md", "PUBLISH.md"):
+        assert (study / "report" / name).is_file(), name
 
 
 def test_speedup_cell_is_the_ratio_of_the_two_runs(smoke: tuple[Path, float, str]) -> None:
@@ -313,3 +319,21 @@ def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(tmp_
     )
     assert preset.returncode == 0, preset.stderr[-2000:]
     assert "(pairs: opt_13b)" in preset.stdout and "  main " in preset.stdout
+
+
+def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "+experiment=opt13b",
+            "+sweep=methods",
+            f"hydra.sweep.dir={tmp_path}/ms",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0
+    assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr

@@ -92,13 +92,12 @@ def test_hostile_completions_fail_within_their_timeout() -> None:
 
 def test_canonical_solutions_pass_in_the_sandbox(task: HumanEvalTask, problems: dict) -> None:
     """A spread of problems (hashlib, math, string, recursion ...): the sandbox does not break
-    legitimate programs. The full set runs with ``-m slow``."""
+    legitimate programs (the full set: the next test)."""
     ids = [f"HumanEval/{i}" for i in range(0, 164, 12)]
     res = task.score(_outputs(task, {i: problems[i]["canonical_solution"] for i in ids}))
     assert res.metrics["pass@1"] == 1.0, [r for r in res.records if not r["passed"]]
 
 
-@pytest.mark.slow
 def test_all_canonical_solutions_pass(task: HumanEvalTask, problems: dict) -> None:
     res = task.score(_outputs(task, {i: p["canonical_solution"] for i, p in problems.items()}))
     assert res.metrics["pass@1"] == 1.0, [r for r in res.records if not r["passed"]]

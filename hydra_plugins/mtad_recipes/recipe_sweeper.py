@@ -35,7 +35,14 @@ class RecipeSweeper(Sweeper):
         pairs: Sequence[str] | None = None,
         max_batch_size: int | None = None,
         dry_run: bool = False,
+        params: Any = None,
     ) -> None:
+        if params:  # e.g. a paper preset combined with +sweep=...: say so, do not ignore it
+            raise ValueError(
+                "hydra.sweeper.params: a paper preset runs the experiments/ recipes, not a grid; "
+                "for your own grid select the pair instead (-m pair=<pair> runtime.device=cuda "
+                "+sweep=...), or add hydra.mode=RUN for one run of the preset"
+            )
         self.recipes = list(recipes)
         self.profile = profile
         self.pairs = list(pairs) if pairs else None

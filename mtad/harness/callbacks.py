@@ -1,20 +1,37 @@
-"""Hydra callbacks: the summary table at the end of a sweep (``-m``).
+"""Hydra callbacks of a sweep (``-m``): every job validated before any starts, a summary at the end.
 
-Every job leaves ``result.json`` (signature, result folder, status) in its Hydra output folder;
-``on_multirun_end`` gathers them from the sweep folder, so the table covers exactly this sweep's
-runs, including the ones skipped as already complete, whatever launcher ran them.
+:class:`ValidateSweep` (``on_multirun_start``) expands the sweep into its jobs exactly as
+Hydra's basic sweeper will (Hydra's override parser and ``BasicSweeper.split_arguments`` over
+``hydra.sweeper.params`` plus the command line), composes each job's config with Hydra's own
+config loader (``load_sweep_config``, what the launcher does per job) and runs
+:func:`mtad.harness.runner.prepare` on it: every value, device, weights, vocabularies, token
+budget and output folder. The first bad job stops the command before any job starts, with one
+line naming the key and the job's overrides, and exit status 2. Why here and not in the
+sweeper: a custom sweeper must live in the ``hydra_plugins`` namespace package (Hydra refuses
+others), and validating inside each job would let the good jobs before a bad one run first.
+Sweepers other than the basic one (Optuna, Ax) choose jobs as they go; their jobs are checked
+one by one at run time, where a bad one fails (``failed.json``) without stopping the others.
+
+:class:`SweepSummary` (``on_multirun_end``): every job leaves ``result.json`` (signature,
+result folder, status) in its Hydra output folder; they are gathered from the sweep folder, so
+the table covers exactly this sweep's runs, whatever launcher ran them, including the ones
+skipped as complete, the ones another live process had claimed and the failures, which are
+listed; when any job failed, the command exits with status 1 after the table.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 
 POINTER_FILE = "result.json"
+EXIT_JOBS_FAILED = 1
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def write_pointer(output_dir: str | Path, info: dict[str, Any]) -> None:
@@ -33,6 +50,66 @@ def read_pointers(sweep_dir: str | Path) -> list[dict[str, Any]]:
     return pointers
 
 
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The override lists of every job of the sweep ``config`` will run (basic sweeper)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{key}={value}" for key, value in params.items()]
+    arguments += list(config.hydra.overrides.task)
+    parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
+    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def validate_sweep(config: DictConfig) -> int:
+    """Compose and prepare every job of the sweep; raise :class:`ConfigError` naming the key
+    and the job. Returns the number of jobs."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from mtad.harness.config import ConfigError
+    from mtad.harness.runner import prepare
+
+    loader = GlobalHydra.instance().config_loader()
+    jobs = sweep_jobs(config)
+    for num, overrides in enumerate(jobs):
+        where = " ".join(overrides) or "no overrides"
+        try:
+            job_cfg = loader.load_sweep_config(master_config=config, sweep_overrides=overrides)
+        except Exception as err:  # noqa: BLE001 - Hydra's composition errors span lines
+            cause = err.__cause__ or err
+            key = getattr(cause, "full_key", None) or "overrides"
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError(str(key), f"{first} [job {num}: {where}]") from err
+        with open_dict(job_cfg):
+            job_cfg.pop("hydra", None)  # hydra.job.num & co. exist only inside the job
+        try:
+            prepare(job_cfg)
+        except ConfigError as err:
+            raise ConfigError(
+                err.key, f"{str(err).split(': ', 1)[1]} [job {num}: {where}]"
+            ) from err
+    return len(jobs)
+
+
+class ValidateSweep(Callback):
+    """Every job of a sweep is validated before any starts (see the module docstring)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mtad.harness.cli import report_config_error
+        from mtad.harness.config import ConfigError
+
+        if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
+            return
+        try:
+            n = validate_sweep(config)
+        except ConfigError as err:
+            report_config_error(err)  # one line, exit 2: nothing has run
+        print(f"sweep: {n} job(s) validated")
+
+
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from mtad.harness.results import METRICS_FILE
@@ -42,13 +119,21 @@ class SweepSummary(Callback):
         pointers = read_pointers(config.hydra.sweep.dir)
         done = [p for p in pointers if p.get("status") in ("done", "skipped")]
         runs = load_runs({Path(p["result_dir"]) / METRICS_FILE for p in done})
-        counts = {s: sum(p.get("status") == s for p in pointers) for s in ("done", "skipped")}
+        statuses = ("done", "skipped", "claimed", "failed")
+        counts = {s: sum(p.get("status") == s for p in pointers) for s in statuses}
         studies = sorted({str(Path(p["result_dir"]).parent) for p in done})
         title = (
-            f"sweep: {counts['done']} run, {counts['skipped']} skipped (already complete)"
+            f"sweep: {counts['done']} run, {counts['skipped']} skipped (already complete), "
+            f"{counts['claimed']} claimed by another process, {counts['failed']} failed"
             f" -> {', '.join(studies) or 'no results'}"
         )
-        print_runs(runs, title)
+        try:
+            print_runs(runs, title)
+        except Exception as err:  # noqa: BLE001 - the table must not hide the failures below
+            print(f"{title}\n(summary table unavailable: {type(err).__name__}: {err})")
+        for p in pointers:
+            if p.get("status") == "claimed":
+                print(f"claimed: {p.get('result_dir')}: {p.get('note')} (rerun to complete it)")
         signatures = [p.get("signature") for p in done]
         repeated = len(signatures) - len(set(signatures))
         if repeated:
@@ -64,3 +149,14 @@ class SweepSummary(Callback):
                 "energy of jobs sharing a machine are not comparable (time with the basic "
                 "launcher, or one job per node)."
             )
+        failed = [p for p in pointers if p.get("status") == "failed"]
+        for p in failed:
+            where = p.get("result_dir") or " ".join(p.get("overrides") or [])
+            print(f"FAILED job {p.get('job')}: {where}: {p.get('note')}")
+        if failed:
+            print(
+                f"{len(failed)} job(s) failed (failed.json in each result folder); the same "
+                "command retries them",
+                file=sys.stderr,
+            )
+            sys.exit(EXIT_JOBS_FAILED)

@@ -26,6 +26,9 @@ WANDB_MODES = ("offline", "online", "disabled")
 ENERGY_TRACKERS = ("offline", "online", "none")
 TRACKING_MODES = ("process", "machine")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# Warping parameters whose null turns the warper off (transformers' convention): the value it
+# becomes, so null and the explicit "off" share one run signature.
+NULL_MEANS_OFF: dict[str, Any] = {"top_k": 0, "top_p": 1.0}
 
 
 class ConfigError(ValueError):
@@ -220,6 +223,12 @@ def validate(cfg: DictConfig) -> RunSpec:
     """
     from mtad.engine.loading import ModelSpec
 
+    known = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(
+                str(key), f"unknown top-level key; known: {', '.join(sorted(known - {'hydra'}))}"
+            )
     pair_node = cfg.get("pair")
     if pair_node is None:
         raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
@@ -273,6 +282,10 @@ def _method_params(name: str, params: dict[str, Any]) -> Any:
 
     if name not in METHODS:
         raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(METHODS)}")
+    # null means "off", as in transformers' generation config
+    for key, off in NULL_MEANS_OFF.items():
+        if key in params and params[key] is None:
+            params[key] = off
     try:
         obj = build_params(name, **params)
     except (TypeError, ValueError) as err:

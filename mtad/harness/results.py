@@ -1,9 +1,12 @@
 """The result folder of one run, ``<root>/<study>/<signature>/``, written atomically.
 
-Files: ``config.yaml`` (resolved config), ``samples.jsonl`` (one line per prompt),
-``environment.json`` (git commit, package versions, hardware) and ``metrics.json``. Every file
-is written to a temporary name and renamed into place; ``metrics.json`` is written last, so a
-folder holding it (and the others) is complete and a re-run skips it.
+Files: ``config.yaml`` (resolved config), ``samples.jsonl`` (one line per prompt: outputs,
+scores, token counters; no clock readings, so a rerun with the same config and seed gives the
+same bytes on a CPU), ``timings.jsonl`` (per-prompt times), ``environment.json`` (git commit,
+package versions, hardware, SLURM job) and ``metrics.json``. Every file is written to a
+temporary name and renamed into place; ``metrics.json`` is written last, so a folder holding it
+(and the others) is complete and a re-run skips it. ``failed.json`` marks a run that raised;
+such a folder is not complete, and the next run of the command retries it.
 """
 
 from __future__ import annotations
@@ -22,11 +25,22 @@ from typing import Any
 
 CONFIG_FILE = "config.yaml"
 SAMPLES_FILE = "samples.jsonl"
+TIMINGS_FILE = "timings.jsonl"
 ENVIRONMENT_FILE = "environment.json"
 METRICS_FILE = "metrics.json"
-RESULT_FILES = (CONFIG_FILE, SAMPLES_FILE, ENVIRONMENT_FILE, METRICS_FILE)
+FAILED_FILE = "failed.json"
+RESULT_FILES = (CONFIG_FILE, SAMPLES_FILE, TIMINGS_FILE, ENVIRONMENT_FILE, METRICS_FILE)
 
 ENV_KEYS = ("WANDB_MODE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+SLURM_ENV = {
+    "job_id": "SLURM_JOB_ID",
+    "array_job_id": "SLURM_ARRAY_JOB_ID",
+    "array_task_id": "SLURM_ARRAY_TASK_ID",
+    "restart_count": "SLURM_RESTART_COUNT",  # > 0 after a requeue (pre-emption, timeout)
+    "node": "SLURMD_NODENAME",
+    "partition": "SLURM_JOB_PARTITION",
+    "gpus": "SLURM_JOB_GPUS",
+}
 PACKAGES = (
     "torch",
     "transformers",
@@ -96,10 +110,6 @@ def write_json(path: Path, value: Any) -> None:
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     write_atomic(path, "".join(dumps(row, indent=None) + "\n" for row in rows))
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,12 +205,21 @@ def _memory_gb() -> float | None:
         return None
 
 
+def slurm_job() -> dict[str, str] | None:
+    """The SLURM job this process runs in (job id, node, ...); None outside SLURM."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    return {k: os.environ[v] for k, v in SLURM_ENV.items() if v in os.environ}
+
+
 def environment() -> dict[str, Any]:
     return {
         "git": git_state(),
         "python": sys.version.split()[0],
         "packages": package_versions(),
         "hardware": hardware(),
+        "host": platform.node(),
+        "slurm": slurm_job(),
         "argv": sys.argv,
         "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ},
     }

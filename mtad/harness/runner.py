@@ -1,23 +1,38 @@
-"""One harness run: validate, skip if done, load, generate (timed + metered), score, write.
+"""One harness run: validate, claim, skip if done, load, generate (timed + metered), score, write.
 
 Order matters for honest numbers and cheap failures:
 
-1. :func:`mtad.harness.config.validate` checks every value (method params included) before
-   anything heavy happens; the run signature is computed and a complete result folder means
-   the run is skipped.
-2. Models load, then W&B and codecarbon initialise (seconds each, recorded in ``overhead_s``),
-   then one short untimed warm-up generation.
-3. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
+1. :func:`prepare` checks every value (method params included) and what the values need from
+   this machine (device, weights, vocabularies, token budget, writable folders; see
+   :mod:`mtad.harness.preflight`) before anything heavy happens; the run signature is computed
+   and a complete result folder means the run is skipped.
+2. The run claims its result folder (:mod:`mtad.harness.claims`): a run another live process
+   holds is reported as claimed and skipped.
+3. Models load, then W&B (run id from the signature, see :mod:`mtad.harness.wandb_logger`) and
+   codecarbon initialise (seconds each, recorded in ``overhead_s``), then one short untimed
+   warm-up generation.
+4. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
    is the decoder's own clock (``DecodeStats``), summed over prompts.
-4. Scoring (downstream score, perplexity by a separate target forward) happens after.
-5. ``config.yaml``, ``samples.jsonl``, ``environment.json`` and finally ``metrics.json`` are
-   written atomically; then W&B gets the summary and the per-sample table.
+5. Scoring (downstream score, perplexity by a separate target forward) happens after.
+6. ``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json`` are written
+   atomically; then W&B gets the summary and the per-sample table and finishes; then
+   ``metrics.json``, whose presence marks the folder complete (so a result folder is complete
+   only when its W&B run is too).
+
+A run that raises after step 2 writes ``failed.json`` (traceback, config, environment, time)
+into its result folder. That folder does not count as complete, so the next run of the same
+command retries it; in a sweep (``-m``) the failure is recorded and the sweep goes on
+(:func:`run_from_hydra`), and the sweep exits non-zero at the end
+(:class:`mtad.harness.callbacks.SweepSummary`).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,13 +41,17 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.harness import preflight
+from mtad.harness.claims import ClaimHeld, claim, describe
 from mtad.harness.config import ConfigError, RunSpec, validate
 from mtad.harness.energy import EnergyMeter
 from mtad.harness.results import (
     CONFIG_FILE,
     ENVIRONMENT_FILE,
+    FAILED_FILE,
     METRICS_FILE,
     SAMPLES_FILE,
+    TIMINGS_FILE,
     environment,
     hardware_identity,
     is_complete,
@@ -42,23 +61,41 @@ from mtad.harness.results import (
     write_jsonl,
 )
 from mtad.harness.signature import run_signature
-from mtad.harness.wandb_logger import make_logger
+from mtad.harness.wandb_logger import make_logger, wandb_run_id
+from mtad.tokens import eos_token_ids
 
 SCHEMA_VERSION = 1
 
 
+# Per-sample decode counters that are clock readings: they go to timings.jsonl, so that
+# samples.jsonl is a function of the config and seed alone (byte-identical on a rerun, CPU).
+TIMING_KEYS = (
+    "time_draft",
+    "time_verify",
+    "time_other",
+    "wall_time",
+    "tokens_per_s",
+    "ms_per_token",
+)
+
+
 @dataclass
 class RunOutcome:
-    status: str  # "done" | "skipped"
+    """``status``: ``done``, ``skipped`` (complete already), ``claimed`` (another live process
+    runs it; ``note`` says who) or ``failed`` (``note``: the error; ``failed.json`` has more)."""
+
+    status: str
     signature: str
-    result_dir: Path
+    result_dir: Path | None
     metrics: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
 
     def pointer(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "signature": self.signature,
-            "result_dir": str(self.result_dir.resolve()),
+            "result_dir": str(self.result_dir.resolve()) if self.result_dir else None,
+            "note": self.note,
         }
 
 
@@ -80,32 +117,42 @@ def prepare(cfg: DictConfig) -> Prepared:
     from mtad.methods import make_method
 
     spec = validate(cfg)
+    rc = spec.cfg
+    preflight.check_device(rc.runtime.device)
     task = build_task(spec)
     method = make_method(spec.method_name, spec.params)
+    preflight.check_token_budget(spec.method_params, getattr(task, "max_new_tokens", None))
     if method.uses_draft and spec.draft is None:
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
-    _check_local_models(spec, method.uses_draft)
+    _check_models(spec, method.uses_draft)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     config.pop("hydra", None)
     config["method"] = {"name": spec.method_name, **spec.method_params}
     # What the task says identifies its data (file hashes, subset) joins the hashed config.
     config["task_data"] = task.signature()
+    # Hardware that changes the numbers: device kind and GPU model (the pair's dtypes are in
+    # pair.*.dtype). Threads and the CPU model stay out (recorded in metrics.json).
+    identity = hardware_identity(rc.runtime.device)
+    config["hardware"] = {k: identity[k] for k in ("device_kind", "gpu_model")}
     signature = run_signature(config)
-    folder = result_dir(spec.cfg.results.root, spec.cfg.results.study, signature)
+    folder = result_dir(rc.results.root, rc.results.study, signature)
+    # Last, because they create folders: the checks above leave nothing behind.
+    preflight.check_writable("results.root", Path(rc.results.root) / rc.results.study)
+    if rc.logger.name == "wandb" and rc.logger.mode != "disabled":
+        preflight.check_writable("logger.dir", Path(rc.logger.dir))
     return Prepared(spec, config, task, method, signature, folder)
 
 
-def _check_local_models(spec: RunSpec, uses_draft: bool) -> None:
-    """A missing shipped model folder fails here, not after the target has loaded."""
-    from mtad.engine.loading import resolve_path
-
-    for role, model in (("target", spec.target), ("draft", spec.draft if uses_draft else None)):
-        if model is None or model.loader != "local":
-            continue
-        folder = Path(resolve_path(model.path or ""))
-        if not folder.is_dir():
-            raise ConfigError(f"pair.{role}.path", f"model folder {folder} is missing")
+def _check_models(spec: RunSpec, uses_draft: bool) -> None:
+    """Missing or corrupt weights and mismatched vocabularies fail here, not after the target
+    has loaded (the draft is checked only when the method uses it)."""
+    draft = spec.draft if uses_draft else None
+    for role, model in (("target", spec.target), ("draft", draft)):
+        if model is not None:
+            preflight.check_weights(role, model)
+    if draft is not None:
+        preflight.check_vocab(spec.target, draft)
 
 
 def build_task(spec: RunSpec) -> Any:
@@ -117,20 +164,77 @@ def build_task(spec: RunSpec) -> Any:
         options["chat_template"] = spec.cfg.pair.chat_template
     try:
         task = build(options)
-        task.samples()  # reads the data: a missing file fails here, before any model loads
+        samples = task.samples()  # reads the data: a missing file fails here, before any model
     except (TypeError, ValueError, OSError) as err:
         raise ConfigError.from_exception("task", err) from err
+    if not samples:
+        raise ConfigError("task", f"{spec.task_name} selects no samples (empty data?)")
     return task
 
 
 def run(cfg: DictConfig) -> RunOutcome:
-    """Run one configured run, or skip it when its result folder is complete."""
+    """Run one configured run, or skip it when its result folder is complete or claimed.
+
+    Raises :class:`ConfigError` for bad input (nothing written). Any other exception is
+    recorded in ``failed.json`` in the result folder, then re-raised.
+    """
     t0 = time.perf_counter()
     prep = prepare(cfg)
     rc = prep.spec.cfg
     if rc.results.skip_existing and is_complete(prep.result_dir):
         print(f"skip {prep.result_dir} (complete)")
         return RunOutcome("skipped", prep.signature, prep.result_dir)
+    try:
+        with claim(prep.result_dir) as owner:
+            # the previous owner may have finished between our check and our claim
+            if rc.results.skip_existing and is_complete(prep.result_dir):
+                print(f"skip {prep.result_dir} (complete)")
+                return RunOutcome("skipped", prep.signature, prep.result_dir)
+            try:
+                return _execute(prep, t0)
+            except Exception as err:
+                _write_failure(prep, err, owner)
+                raise
+    except ClaimHeld as held:
+        note = f"claimed by {describe(held.owner)}"
+        print(f"skip {prep.result_dir} ({note}; rerun to complete it if that owner dies)")
+        return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)
+
+
+def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
+    """Close what a dying run holds without masking why it dies. A SLURM pre-emption, for one,
+    arrives as submitit's ``SystemExit`` (it requeues the job) after SLURM's SIGTERM has killed
+    W&B's service process: an error from closing W&B must not replace that ``SystemExit``, or
+    the job would be recorded as failed instead of requeued."""
+    for step in steps:
+        try:
+            params = inspect.signature(step).parameters
+            step(**{k: v for k, v in kwargs.items() if k in params})
+        except Exception as err:  # noqa: BLE001 - best effort, reported
+            print(
+                f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
+            )
+
+
+def _write_failure(prep: Prepared, err: BaseException, owner: dict[str, Any]) -> None:
+    """``failed.json``: what failed, where and when, enough to reproduce it."""
+    write_json(
+        prep.result_dir / FAILED_FILE,
+        {
+            "status": "failed",
+            "signature": prep.signature,
+            "error": f"{type(err).__name__}: {err}".splitlines()[0],
+            "traceback": traceback.format_exc(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "owner": owner,
+            "config": prep.config,
+            "environment": environment(),
+        },
+    )
+
+
+def _execute(prep: Prepared, t0: float) -> RunOutcome:
+    rc = prep.spec.cfg
     overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
 
     import torch
@@ -153,6 +257,7 @@ def run(cfg: DictConfig) -> RunOutcome:
         job_type=prep.spec.method_name,
         config={**prep.config, "signature": prep.signature},
         tags=list(rc.tags),
+        run_id=wandb_run_id(rc.results.study, prep.signature),
     )
     overhead["wandb_init"] = logger.init_s
     try:
@@ -171,18 +276,20 @@ def run(cfg: DictConfig) -> RunOutcome:
 
         with _timer(overhead, "score"):
             scored = score_outputs(prep.task, outputs, pair.target.model)
-        records = [
-            _sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)
-        ]
+        rows = [_sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
+        records = [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+        timings = [{"id": row.get("id"), **{k: row[k] for k in TIMING_KEYS}} for row in rows]
         metrics = _metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
         metrics["wandb"] = logger.info()
-        _write(prep, records, metrics)
-        logger.log_result(_wandb_summary(metrics), records)
+        _write(prep, records, timings)
+        logger.log_result(_wandb_summary(metrics), rows)
         logger.finish()
+        # Last: the folder counts as complete only once W&B has the run too, so a failure or a
+        # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
+        _commit(prep, metrics)
     except BaseException:
-        energy.close()
-        logger.finish(exit_code=1)
+        _cleanup(energy.close, logger.finish, exit_code=1)
         raise
     from mtad.harness.summary import print_run
 
@@ -191,14 +298,62 @@ def run(cfg: DictConfig) -> RunOutcome:
 
 
 def run_from_hydra(cfg: DictConfig) -> RunOutcome:
-    """``run`` plus the pointer file the sweep summary reads (in Hydra's job folder)."""
+    """``run`` plus the pointer file the sweep summary reads (in Hydra's job folder).
+
+    In a sweep (``-m``) a failing job must not stop the sweep: its exception is printed,
+    recorded (``failed.json`` by :func:`run`; the pointer says ``failed``) and the job returns,
+    so Hydra's launcher goes on with the next job; the sweep summary exits non-zero at the end.
+    A single run re-raises (Hydra prints it; exit status 1; bad input: :class:`ConfigError`,
+    which ``run.py`` reports on one line with exit status 2). A sweep validated every job before
+    any started, so a :class:`ConfigError` inside a sweep job (a sweeper other than the basic
+    one, or the machine changed meanwhile) is that job's failure.
+    """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     from mtad.harness.callbacks import write_pointer
 
-    outcome = run(cfg)
-    write_pointer(HydraConfig.get().runtime.output_dir, outcome.pointer())
+    hydra_cfg = HydraConfig.get()
+    output_dir = hydra_cfg.runtime.output_dir
+    try:
+        outcome = run(cfg)
+    except Exception as err:
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            raise
+        traceback.print_exc()
+        print(
+            f"error: job {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr
+        )
+        outcome = _failed_outcome(cfg, err)
+        _release_memory()
+    pointer = outcome.pointer()
+    pointer["job"] = hydra_cfg.job.get("num")
+    pointer["overrides"] = list(hydra_cfg.overrides.task)
+    write_pointer(output_dir, pointer)
     return outcome
+
+
+def _failed_outcome(cfg: DictConfig, err: BaseException) -> RunOutcome:
+    try:
+        prep = prepare(cfg)  # cheap; the run got past it once
+        signature, folder = prep.signature, prep.result_dir
+    except Exception:  # noqa: BLE001 - the failure may lie in preparing itself
+        signature, folder = "", None
+    note = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+    return RunOutcome("failed", signature, folder, note=note)
+
+
+def _release_memory() -> None:
+    """The failed run's models die with its frames; give their memory back before the next job
+    of an in-process (basic launcher) sweep loads its own."""
+    import gc
+
+    gc.collect()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,24 +381,14 @@ def _generator(prep: Prepared, pair: Any) -> Any:
     from mtad.tasks.generator import TextGenerator
 
     seed = prep.spec.cfg.runtime.seed
-    decoder = Decoder(prep.method, pair.target, pair.draft, eos_token_ids=_eos_ids(pair), seed=seed)
+    decoder = Decoder(
+        prep.method,
+        pair.target,
+        pair.draft,
+        eos_token_ids=eos_token_ids(pair.tokenizer, pair.target.model),
+        seed=seed,
+    )
     return TextGenerator(decoder, pair.tokenizer, seed=seed)
-
-
-def _eos_ids(pair: Any) -> list[int]:
-    """The tokenizer's EOS plus the target's generation-config EOS ids (chat models add
-    end-of-turn tokens there)."""
-    ids: set[int] = set()
-    eos = getattr(pair.tokenizer, "eos_token_id", None)
-    if eos is not None:
-        ids.add(int(eos))
-    gen_cfg = getattr(pair.target.model, "generation_config", None)
-    extra = getattr(gen_cfg, "eos_token_id", None)
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif isinstance(extra, (list, tuple)):
-        ids.update(int(e) for e in extra)
-    return sorted(ids)
 
 
 def _warmup(prep: Prepared, generator: Any) -> None:
@@ -357,14 +502,19 @@ def _metrics(
     return metrics
 
 
-def _write(prep: Prepared, records: list[dict[str, Any]], metrics: dict[str, Any]) -> None:
+def _write(prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str, Any]]) -> None:
     folder = prep.result_dir
     folder.mkdir(parents=True, exist_ok=True)
     config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
     write_atomic(folder / CONFIG_FILE, config_text)
     write_jsonl(folder / SAMPLES_FILE, records)
+    write_jsonl(folder / TIMINGS_FILE, timings)
     write_json(folder / ENVIRONMENT_FILE, environment())
-    write_json(folder / METRICS_FILE, metrics)  # last: its presence marks the folder complete
+
+
+def _commit(prep: Prepared, metrics: dict[str, Any]) -> None:
+    (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
+    write_json(prep.result_dir / METRICS_FILE, metrics)  # its presence marks the folder complete
 
 
 def _wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,15 @@
 """A run's identity: a hash of the config keys that can change its results.
 
-After audiocraft's experiment signatures: logging, energy-metering, output-location and device
-keys are dropped, everything else (pair, method params with defaults filled in, task, seed,
-warm-up) is hashed. Two runs with one signature are the same experiment, so a sweep re-run skips
-folders that are already complete.
+After audiocraft's experiment signatures: logging, energy-metering and output-location keys
+are dropped, everything else (pair with its dtypes, method params with defaults filled in, task,
+seed, warm-up) is hashed. Two runs with one signature are the same experiment, so a sweep re-run
+skips folders that are already complete.
+
+The hardware that changes results is hashed through the ``hardware`` block the runner adds
+(:func:`mtad.harness.runner.prepare`: device kind and GPU model, from
+:func:`mtad.harness.results.hardware_identity`), so a CPU study re-run on a GPU is a new run.
+The device *string* (``cuda:0`` vs ``cuda:1``) and the thread count stay out: they do not change
+what is computed (threads are recorded in ``metrics.json``).
 """
 
 from __future__ import annotations

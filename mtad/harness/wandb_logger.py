@@ -3,15 +3,54 @@
 Offline by default (``logger.mode`` reads ``$WANDB_MODE``); ``wandb sync`` uploads later.
 ``logger=none`` gives :class:`NullLogger`. ``wandb`` is imported only when used: its import and
 ``init`` cost about two seconds, which the runner keeps out of the timed region and records.
+
+One result, one W&B run: the run id is a function of the study and the run signature
+(:func:`wandb_run_id`) and W&B is started with ``resume="allow"``, so a run started again after
+a crash, a ``kill -9`` or a SLURM pre-emption continues the same W&B run online. Offline, W&B
+writes a new ``offline-run-<time>-<id>`` folder per start; the attempts before this one (they
+hold no result: a finished run is never started again) are deleted before ``wandb.init``, so
+``wandb sync`` never uploads a second copy and counting runs by id gives one per result. The
+runner holds the run's claim (:mod:`mtad.harness.claims`) at that point, so no live process is
+writing those folders.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from mtad.harness.config import LoggerConfig
+
+OFFLINE_RUN = re.compile(r"^offline-run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9]+)(-\d+)?$")
+
+
+def wandb_run_id(study: str, signature: str) -> str:
+    """A W&B run id (letters and digits) that follows from the result folder's identity."""
+    return hashlib.sha1(f"{study}/{signature}".encode()).hexdigest()[:16]
+
+
+def offline_runs(wandb_dir: Path) -> dict[str, list[Path]]:
+    """Offline run folders under ``<logger.dir>/wandb`` grouped by run id."""
+    runs: dict[str, list[Path]] = {}
+    if not wandb_dir.is_dir():
+        return runs
+    for path in sorted(wandb_dir.iterdir()):
+        m = OFFLINE_RUN.match(path.name)
+        if m and path.is_dir():
+            runs.setdefault(m.group("id"), []).append(path)
+    return runs
+
+
+def drop_earlier_attempts(wandb_dir: Path, run_id: str) -> list[Path]:
+    """Delete the offline folders of earlier starts of ``run_id``; return them."""
+    gone = offline_runs(wandb_dir).get(run_id, [])
+    for path in gone:
+        shutil.rmtree(path, ignore_errors=True)
+    return gone
 
 
 class NullLogger:
@@ -20,7 +59,13 @@ class NullLogger:
     run_id: str | None = None
 
     def start(
-        self, name: str, group: str, job_type: str, config: dict[str, Any], tags: list[str]
+        self,
+        name: str,
+        group: str,
+        job_type: str,
+        config: dict[str, Any],
+        tags: list[str],
+        run_id: str | None = None,
     ) -> None:
         pass
 
@@ -40,12 +85,20 @@ class WandbLogger(NullLogger):
         self.run: Any = None
 
     def start(
-        self, name: str, group: str, job_type: str, config: dict[str, Any], tags: list[str]
+        self,
+        name: str,
+        group: str,
+        job_type: str,
+        config: dict[str, Any],
+        tags: list[str],
+        run_id: str | None = None,
     ) -> None:
         t0 = time.perf_counter()
         import wandb
 
         Path(self.cfg.dir).mkdir(parents=True, exist_ok=True)
+        if run_id is not None and self.cfg.mode == "offline":
+            drop_earlier_attempts(Path(self.cfg.dir) / "wandb", run_id)
         settings = wandb.Settings(
             console="off",  # the console stays ours; results are in the result folder
             x_disable_stats=True,  # no system-metrics sampler competing with the timed loop
@@ -62,6 +115,8 @@ class WandbLogger(NullLogger):
             tags=tags,
             config=config,
             settings=settings,
+            id=run_id,
+            resume="allow" if run_id else None,
             reinit="finish_previous",  # several runs per process in a basic-launcher sweep
         )
         self.run_id = self.run.id

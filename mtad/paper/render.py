@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from mtad.harness.wandb_logger import wandb_run_id
 from mtad.paper.figures import ROW_KEYS, draw_figure
 from mtad.paper.frames import run_rows
 from mtad.paper.plan import Plan
@@ -224,9 +225,11 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
         if not runs.empty:
             ratio_frames.append(runs)
             done = runs[runs["state"] == "done"]
-            rendered.run_ids.extend(
-                s for s in done["signature"].dropna() if s not in rendered.run_ids
-            )
+            pairs = done[["study", "signature"]] if "study" in done.columns else done[[]]
+            for study, sig in pairs.dropna().itertuples(index=False):
+                run_id = wandb_run_id(str(study), str(sig))  # the id the harness run logged under
+                if run_id not in rendered.run_ids:
+                    rendered.run_ids.append(run_id)
     rendered.ratios = _ratios(ratio_frames)
     rendered.markdown = "\n".join(sections)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -25,8 +25,10 @@ from mtad.paper.recipes import REPO, PlannedRun, RecipeError
 
 CONF = REPO / "conf"
 FAILED_FILE = "failed.json"
-# ConfigErrors under these keys mean "this data / judge is not here", not "this value is wrong".
-UNAVAILABLE_KEYS = ("task",)
+# ConfigErrors under these keys mean "this data / judge / device / model is not here", not
+# "this value is wrong": the run is listed as not runnable here, not a broken recipe (a GPU
+# preset on a CPU box fails runtime.device; hub weights offline fail pair.*.path).
+UNAVAILABLE_KEYS = ("task", "runtime.device", "pair.target.path", "pair.draft.path")
 
 Composer = Callable[[Sequence[str]], DictConfig]
 
@@ -132,7 +134,7 @@ def resolve(planned: PlannedRun, compose: Composer) -> RunStatus:
         cfg = _without_hydra(compose(planned.overrides))
         prep = prepare(cfg)
     except ConfigError as err:
-        if err.key.split(".", 1)[0] in UNAVAILABLE_KEYS:
+        if any(err.key == k or err.key.startswith(f"{k}.") for k in UNAVAILABLE_KEYS):
             return RunStatus(planned, "not_run", reason=f"not run: {err}")
         raise RecipeError(
             f"recipe {planned.recipe!r}, run {' '.join(planned.overrides)}: {err}"

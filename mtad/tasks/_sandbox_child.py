@@ -291,15 +291,20 @@ def _reap_until(pid: int) -> int:
             return _exit_code(status)
 
 
-def _run_program(workdir: str, guards: tuple[bool, bool]) -> None:
+def _run_program(workdir: str, guards: tuple[bool, bool], nonce_fd: int, done_fd: int) -> None:
+    """Run program.py; only when it returns (no exception, no SystemExit, no early exit of the
+    process) hand the harness's nonce back: the proof that the program ran to its end."""
     import runpy
 
+    for fd in (nonce_fd, done_fd):
+        os.set_inheritable(fd, False)  # not for the program's own child processes
     if any(guards):
         _install_audit_guards(workdir, *guards)
     sys.argv = ["program.py"]
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.path.dirname(__file__)]
     sys.path.insert(0, workdir)
     runpy.run_path("program.py", run_name="__main__")
+    os.write(done_fd, os.read(nonce_fd, 256))
 
 
 def main() -> None:
@@ -311,6 +316,7 @@ def main() -> None:
     run_uid = int(spec["uid"]) if spec["switch_uid"] else os.getuid()
     run_gid = int(spec["gid"]) if spec["switch_uid"] else os.getgid()
 
+    nonce_fd, done_fd = int(spec["nonce_fd"]), int(spec["done_fd"])
     ns = _enter_namespaces(spec, status)
     fs_ro = False
     if ns["mount"]:
@@ -354,7 +360,7 @@ def main() -> None:
             if program == 0:
                 try:
                     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the reaper
-                    _run_program(workdir, guards)
+                    _run_program(workdir, guards, nonce_fd, done_fd)
                     code = 0
                 except SystemExit as e:
                     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -367,6 +373,8 @@ def main() -> None:
                     sys.stdout.flush()
                     sys.stderr.flush()
                 os._exit(code)
+            for fd in (nonce_fd, done_fd):
+                os.close(fd)  # only the program holds them now
             code = _reap_until(program)
             if spec["switch_uid"] and not ns["pid"]:
                 os.kill(-1, signal.SIGKILL)  # every process of the sandbox's own uid but us
@@ -374,7 +382,8 @@ def main() -> None:
             sys.stderr.write(f"mtad-sandbox: setup failed: {e!r}\n")
         finally:
             os._exit(code)
-    os.close(status.fd)
+    for fd in (status.fd, nonce_fd, done_fd):
+        os.close(fd)
     sys.exit(_reap_until(reaper))
 
 

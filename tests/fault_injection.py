@@ -1,0 +1,47 @@
+"""A Hydra callback for tests: one job of a sweep fails at generation time.
+
+Not production code and not imported by the harness: a test adds it on the command line,
+with ``tests/`` on ``PYTHONPATH``::
+
+    python run.py -m ... +hydra.callbacks.inject._target_=fault_injection.FailAtGeneration \\
+        +hydra.callbacks.inject.method=sps
+
+For the jobs whose ``method.name`` is ``method``, the text generator raises a ``RuntimeError``
+shaped like a CUDA out-of-memory error once the models are loaded (at the warm-up generation);
+the other jobs are untouched. ``on_job_end`` puts the generator back, so in-process sweeps (the
+basic launcher) run the next job normally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+MESSAGE = "CUDA out of memory. Tried to allocate 20.00 GiB (injected by tests/fault_injection.py)"
+
+
+class FailAtGeneration(Callback):
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.saved: Any = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.method.name != self.method:
+            return
+        from mtad.tasks import base
+
+        self.saved = base.TextGenerator.__call__
+
+        def broken(*args: Any, **kw: Any) -> Any:
+            raise RuntimeError(MESSAGE)
+
+        base.TextGenerator.__call__ = broken  # type: ignore[method-assign]
+
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.saved is not None:
+            from mtad.tasks import base
+
+            base.TextGenerator.__call__ = self.saved  # type: ignore[method-assign]
+            self.saved = None
