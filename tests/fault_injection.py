@@ -30,18 +30,18 @@ class FailAtGeneration(Callback):
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.method.name != self.method:
             return
-        from mtad.tasks import base
+        from mtad.tasks import generator
 
-        self.saved = base.TextGenerator.__call__
+        self.saved = generator.TextGenerator.__call__
 
         def broken(*args: Any, **kw: Any) -> Any:
             raise RuntimeError(MESSAGE)
 
-        base.TextGenerator.__call__ = broken  # type: ignore[method-assign]
+        generator.TextGenerator.__call__ = broken  # type: ignore[method-assign]
 
     def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.saved is not None:
-            from mtad.tasks import base
+            from mtad.tasks import generator
 
-            base.TextGenerator.__call__ = self.saved  # type: ignore[method-assign]
+            generator.TextGenerator.__call__ = self.saved  # type: ignore[method-assign]
             self.saved = None
