@@ -39,16 +39,12 @@ kind, and the isolation above still bounds what such code can do to the machine.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
-import random
 import secrets
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -58,11 +54,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mtad.tasks._sandbox_procs import (
+    UID_RANGE,
+    allocate_uid,
+    kill_everything,
+    output_tail,
+    read_available,
+    wait_exit,
+)
+
 log = logging.getLogger(__name__)
 
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
 _SETUP_FAILED = 125
-_UID_RANGE = (1_900_000, 2_900_000)  # far above any real account
 
 
 class SandboxError(RuntimeError):
@@ -137,7 +141,7 @@ def default_python() -> str:
     """
     if os.geteuid() != 0:
         return sys.executable
-    probe_uid = _UID_RANGE[0] - 1
+    probe_uid = UID_RANGE[0] - 1
     candidates = [
         sys.executable,
         shutil.which("python3"),
@@ -151,95 +155,6 @@ def default_python() -> str:
         "no Python interpreter is readable by an unprivileged uid; set the task's "
         "`sandbox.python` to one (the sandbox drops root privileges before running code)"
     )
-
-
-def _processes_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose uid is ``uid``."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            with open(f"/proc/{entry.name}/stat") as f:
-                state = f.read().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
-
-
-def _allocate_uid() -> int:
-    rng = random.SystemRandom()
-    while True:
-        uid = rng.randrange(*_UID_RANGE)
-        if not _processes_of_uid(uid):
-            return uid
-
-
-def _kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
-    """Kill the run's process group and, with an own uid, every process of that uid."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    if uid is None:
-        return
-    for _ in range(200):
-        pids = _processes_of_uid(uid)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
-    log.error("sandbox: processes of uid %d survived SIGKILL: %s", uid, _processes_of_uid(uid))
-
-
-def _wait(proc: subprocess.Popen, timeout: float) -> bool:
-    """Wait for ``proc`` to exit within ``timeout`` seconds (True if it did).
-
-    Uses a pidfd where the kernel has one: ``Popen.wait(timeout=...)`` polls with sleeps of up to
-    50 ms, which would dominate the cost of a short program.
-    """
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):
-        try:
-            proc.wait(timeout=timeout)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        exited = bool(poller.poll(timeout * 1000))
-    finally:
-        os.close(fd)
-    if exited:
-        proc.wait()
-    return exited
-
-
-def _read_available(fd: int, limit: int = 4096) -> bytes:
-    """What is in the pipe ``fd`` now (every writer is gone or dead), without blocking."""
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError):
-        while len(data) < limit:
-            chunk = os.read(fd, limit)
-            if not chunk:
-                break
-            data += chunk
-    return data
-
-
-def _tail(f, limit: int) -> str:  # type: ignore[no-untyped-def]
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - limit))
-    return f.read().decode("utf-8", errors="replace")
 
 
 def run_python(
@@ -257,7 +172,7 @@ def run_python(
     limits = limits or SandboxLimits()
     python = python or default_python()
     switch_uid = os.geteuid() == 0
-    uid = _allocate_uid() if switch_uid else None
+    uid = allocate_uid() if switch_uid else None
     workdir = tempfile.mkdtemp(prefix="mtad-sandbox-")
     try:
         Path(workdir, "program.py").write_text(source, encoding="utf-8")
@@ -309,17 +224,17 @@ def run_python(
                 os.close(done_w)
             try:
                 try:
-                    timed_out = not _wait(proc, limits.wall_s)
+                    timed_out = not wait_exit(proc, limits.wall_s)
                 finally:
-                    _kill_everything(proc, uid)
-                completed = _read_available(done_r) == nonce
+                    kill_everything(proc, uid)
+                completed = read_available(done_r) == nonce
             finally:
                 os.close(done_r)
             wall = time.perf_counter() - start
             status.seek(0)
             reports = [json.loads(line) for line in status.read().decode().splitlines() if line]
-            stderr = _tail(err, limits.max_output_bytes)
-            stdout = _tail(out, limits.max_output_bytes)
+            stderr = output_tail(err, limits.max_output_bytes)
+            stdout = output_tail(out, limits.max_output_bytes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
