@@ -21,6 +21,7 @@ samples (the committed CPU reference: ``--export results/reference/cpu``).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -188,6 +189,13 @@ def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
     (dest / "command.txt").write_text(command + "\n")
     env = environment()
     summary = {k: env[k] for k in ("git", "python", "packages", "hardware")}
+    # The commit(s) the runs ran at (each run's environment.json), beside the rendering's own.
+    run_commits = set()
+    for s in plan.status.values():
+        if s.state == "done" and s.result_dir is not None:
+            run_env = json.loads((s.result_dir / "environment.json").read_text())
+            run_commits.add(str((run_env.get("git") or {}).get("commit")))
+    summary["run_commits"] = sorted(run_commits)
     summary["runs"] = {
         s.signature: s.planned.label + f" {s.planned.task} seed {s.planned.seed}"
         for s in plan.status.values()

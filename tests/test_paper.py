@@ -337,3 +337,22 @@ def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr
+
+
+def test_readme_main_table_is_the_committed_cpu_reference() -> None:
+    """The README's CPU table is the reference file, not a hand-edited copy."""
+    readme = (REPO / "README.md").read_text()
+    start, end = "<!-- reference:main -->\n", "\n<!-- /reference:main -->"
+    inline = readme[readme.index(start) + len(start) : readme.index(end)]
+    reference = (REPO / "results" / "reference" / "cpu" / "tables" / "main.md").read_text()
+    assert inline.strip() == reference.strip()
+    for name in (
+        "paper.md",
+        "command.txt",
+        "environment.json",
+        "report/report.md",
+        "report/report.json",
+        "figures/main_speedup.png",
+        "figures/main_speedup.pdf",
+    ):
+        assert (REPO / "results" / "reference" / "cpu" / name).is_file(), name
