@@ -356,3 +356,34 @@ def test_readme_main_table_is_the_committed_cpu_reference() -> None:
         "figures/main_speedup.pdf",
     ):
         assert (REPO / "results" / "reference" / "cpu" / name).is_file(), name
+
+
+def test_runs_written_on_another_host_are_found_by_the_planner(
+    smoke: tuple[Path, float, str], tmp_path: Path
+) -> None:
+    """A login node plans GPU runs that GPU nodes write: the GPU model is in the signature but
+    not in the config the planner composes, so finished runs are matched without it."""
+    import shutil
+
+    import yaml
+
+    from mtad.paper.plan import make_plan
+    from mtad.paper.status import hydra_composer
+
+    study, _, _ = smoke
+    root = tmp_path / "results"
+    shutil.copytree(study, root / study.name, ignore=shutil.ignore_patterns("wandb"))
+    moved = next(p for p in (root / study.name).glob("ar-tiny-prompts-*") if p.is_dir())
+    cfg = yaml.safe_load((moved / "config.yaml").read_text())
+    cfg["hardware"]["gpu_model"] = "Some GPU"
+    (moved / "config.yaml").write_text(yaml.safe_dump(cfg))
+    moved.rename(moved.with_name("ar-tiny-prompts-0000000000"))  # another host's signature
+    with hydra_composer() as compose:
+        plan = make_plan(["ablation_tau"], "smoke", compose, None, [f"results.root={root}"])
+    assert not plan.jobs
+    found = [
+        s
+        for s in plan.status.values()
+        if s.result_dir and s.result_dir.name == "ar-tiny-prompts-0000000000"
+    ]
+    assert found and found[0].state == "done"

@@ -29,6 +29,7 @@ command retries it; in a sweep (``-m``) the failure is recorded and the sweep go
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import sys
 import time
@@ -111,20 +112,33 @@ class Prepared:
     result_dir: Path
 
 
-def prepare(cfg: DictConfig) -> Prepared:
+def prepare(
+    cfg: DictConfig,
+    *,
+    host_checks: bool = True,
+    task_cache: dict[str, Any] | None = None,
+) -> Prepared:
     """Validate ``cfg``, build the method and the task (its data, no model). Raises
-    :class:`ConfigError`."""
+    :class:`ConfigError`.
+
+    ``host_checks=False`` is for planning runs that will execute elsewhere (a login node
+    planning SLURM jobs, ``mtad.paper``): the device and the model weights are checked where
+    the run executes, not here. ``task_cache`` lets a planner that prepares hundreds of runs
+    build each distinct task (its data) once, failures included: a data set that is not there
+    may cost a network time-out to find out."""
     from mtad.methods import make_method
 
     spec = validate(cfg)
     rc = spec.cfg
-    preflight.check_device(rc.runtime.device)
-    task = build_task(spec)
+    if host_checks:
+        preflight.check_device(rc.runtime.device)
+    task = build_task(spec) if task_cache is None else _cached_task(spec, task_cache)
     method = make_method(spec.method_name, spec.params)
     preflight.check_token_budget(spec.method_params, getattr(task, "max_new_tokens", None))
     if method.uses_draft and spec.draft is None:
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
-    _check_models(spec, method.uses_draft)
+    if host_checks:
+        _check_models(spec, method.uses_draft)
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     config.pop("hydra", None)
@@ -153,6 +167,22 @@ def _check_models(spec: RunSpec, uses_draft: bool) -> None:
             preflight.check_weights(role, model)
     if draft is not None:
         preflight.check_vocab(spec.target, draft)
+
+
+def _cached_task(spec: RunSpec, cache: dict[str, Any]) -> Any:
+    key = json.dumps(
+        [dict(spec.cfg.task), spec.cfg.pair.chat_template],
+        sort_keys=True,
+        default=str,
+    )
+    if key not in cache:
+        try:
+            cache[key] = build_task(spec)
+        except ConfigError as err:
+            cache[key] = err
+    if isinstance(cache[key], ConfigError):
+        raise cache[key]
+    return cache[key]
 
 
 def build_task(spec: RunSpec) -> Any:

@@ -93,6 +93,11 @@ def describe(plan: Plan, verbose: bool = False) -> str:
             for s in {id(s): s for s in plan.statuses(recipe.name)}.values():
                 where = s.signature or (s.reason or "")
                 lines.append(f"      {s.state:<8} {' '.join(s.planned.overrides)}  [{where}]")
+    for note in sorted({s.host_note for s in plan.status.values() if s.host_note}):
+        lines.append(
+            f"  note: this host cannot run them itself ({note}): launch them where it "
+            "can (e.g. hydra/launcher=slurm_1gpu)"
+        )
     c = plan.counts()
     est = plan.estimate_s()
     lines.append(

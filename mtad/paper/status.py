@@ -16,19 +16,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
 from mtad.harness.results import METRICS_FILE, is_complete
 from mtad.harness.runner import prepare
+from mtad.harness.signature import config_hash
 from mtad.paper.recipes import REPO, PlannedRun, RecipeError
 
 CONF = REPO / "conf"
 FAILED_FILE = "failed.json"
-# ConfigErrors under these keys mean "this data / judge / device / model is not here", not
-# "this value is wrong": the run is listed as not runnable here, not a broken recipe (a GPU
-# preset on a CPU box fails runtime.device; hub weights offline fail pair.*.path).
-UNAVAILABLE_KEYS = ("task", "runtime.device", "pair.target.path", "pair.draft.path")
+# ConfigErrors under these keys mean "this data / judge is not here", not "this value is
+# wrong": the run is listed as not runnable, not a broken recipe. The device and the weights
+# are not checked when planning (they are the job host's business: a login node without GPUs
+# plans GPU runs); a planning host without the configured device is noted once instead.
+UNAVAILABLE_KEYS = ("task",)
+# The part of a run's identity that only the host running it knows (mtad.harness.runner
+# hashes it into the signature): a planner matches finished runs without it.
+HOST_KEYS = (("hardware", "gpu_model"),)
 
 Composer = Callable[[Sequence[str]], DictConfig]
 
@@ -42,6 +49,7 @@ class RunStatus:
     reason: str | None = None
     n_samples: int = 0
     max_new_tokens: int = 0
+    host_note: str | None = None  # why this planning host could not run it itself
 
     @property
     def runnable(self) -> bool:
@@ -127,12 +135,48 @@ def _failure_reason(folder: Path) -> str:
     return str(info.get("error") or info.get("message") or "error").splitlines()[0][:200]
 
 
-def resolve(planned: PlannedRun, compose: Composer) -> RunStatus:
+def portable_key(config: dict[str, Any]) -> str:
+    """The run's identity without what only its host knows (the GPU model)."""
+    tree = json.loads(json.dumps(config, default=str))
+    tree.pop("signature", None)
+    for path in HOST_KEYS:
+        node = tree
+        for key in path[:-1]:
+            node = node.get(key, {}) if isinstance(node, dict) else {}
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+    return config_hash(tree)
+
+
+class StudyIndex:
+    """Finished and failed result folders of studies by :func:`portable_key`, read once, so a
+    run planned on one host finds its results written on another (a GPU node)."""
+
+    def __init__(self) -> None:
+        self.studies: dict[Path, dict[str, list[Path]]] = {}
+        self.tasks: dict[str, Any] = {}  # runner.prepare's task cache, shared by a plan
+
+    def folders(self, study_dir: Path, key: str) -> list[Path]:
+        if study_dir not in self.studies:
+            index: dict[str, list[Path]] = {}
+            for cfg_file in sorted(study_dir.glob("*/config.yaml")):
+                try:
+                    config = yaml.safe_load(cfg_file.read_text())
+                except (OSError, yaml.YAMLError):
+                    continue
+                if isinstance(config, dict):
+                    index.setdefault(portable_key(config), []).append(cfg_file.parent)
+            self.studies[study_dir] = index
+        return self.studies[study_dir].get(key, [])
+
+
+def resolve(planned: PlannedRun, compose: Composer, index: StudyIndex | None = None) -> RunStatus:
     if planned.unavailable is not None:
         return RunStatus(planned, "not_run", reason=planned.unavailable.text())
     try:
         cfg = _without_hydra(compose(planned.overrides))
-        prep = prepare(cfg)
+        index = index or StudyIndex()
+        prep = prepare(cfg, host_checks=False, task_cache=index.tasks)
     except ConfigError as err:
         if any(err.key == k or err.key.startswith(f"{k}.") for k in UNAVAILABLE_KEYS):
             return RunStatus(planned, "not_run", reason=f"not run: {err}")
@@ -147,8 +191,18 @@ def resolve(planned: PlannedRun, compose: Composer) -> RunStatus:
         n_samples=len(prep.task.samples()),
         max_new_tokens=int(OmegaConf.select(cfg, "task.max_new_tokens", default=0) or 0),
     )
+    try:
+        preflight.check_device(str(OmegaConf.select(cfg, "runtime.device")))
+    except ConfigError as err:
+        status.host_note = str(err)
     if is_complete(prep.result_dir):
         status.state = "done"
+        return status
+    # Written on another host (another GPU model): the same run by its portable key.
+    elsewhere = index.folders(prep.result_dir.parent, portable_key(prep.config))
+    done = [f for f in elsewhere if is_complete(f)]
+    if done:
+        status.state, status.result_dir, status.signature = "done", done[0], done[0].name
     elif (prep.result_dir / FAILED_FILE).is_file():
         status.state, status.reason = "failed", _failure_reason(prep.result_dir)
     return status
@@ -159,9 +213,10 @@ def resolve_all(
 ) -> dict[tuple[str, ...], RunStatus]:
     """Status per distinct override set (``PlannedRun.key``)."""
     out: dict[tuple[str, ...], RunStatus] = {}
+    index = StudyIndex()
     for run in planned:
         if run.key not in out:
-            out[run.key] = resolve(run, compose)
+            out[run.key] = resolve(run, compose, index)
     return out
 
 
