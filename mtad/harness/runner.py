@@ -29,8 +29,6 @@ command retries it; in a sweep (``-m``) the failure is recorded and the sweep go
 from __future__ import annotations
 
 import inspect
-import json
-import math
 import sys
 import time
 import traceback
@@ -42,10 +40,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mtad.harness import preflight
 from mtad.harness.claims import ClaimHeld, claim, describe
-from mtad.harness.config import ConfigError, RunSpec, validate
 from mtad.harness.energy import EnergyMeter
+from mtad.harness.prepare import Prepared, prepare
+from mtad.harness.records import TIMING_KEYS, run_metrics, sample_record, wandb_summary
 from mtad.harness.results import (
     CONFIG_FILE,
     ENVIRONMENT_FILE,
@@ -54,30 +52,13 @@ from mtad.harness.results import (
     SAMPLES_FILE,
     TIMINGS_FILE,
     environment,
-    hardware_identity,
     is_complete,
-    result_dir,
     write_atomic,
     write_json,
     write_jsonl,
 )
-from mtad.harness.signature import run_signature
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
 from mtad.tokens import eos_token_ids
-
-SCHEMA_VERSION = 1
-
-
-# Per-sample decode counters that are clock readings: they go to timings.jsonl, so that
-# samples.jsonl is a function of the config and seed alone (byte-identical on a rerun, CPU).
-TIMING_KEYS = (
-    "time_draft",
-    "time_verify",
-    "time_other",
-    "wall_time",
-    "tokens_per_s",
-    "ms_per_token",
-)
 
 
 @dataclass
@@ -98,108 +79,6 @@ class RunOutcome:
             "result_dir": str(self.result_dir.resolve()) if self.result_dir else None,
             "note": self.note,
         }
-
-
-@dataclass
-class Prepared:
-    """A validated run before any model loads: what to run and where its results go."""
-
-    spec: RunSpec
-    config: dict[str, Any]  # resolved; method params with defaults filled in
-    task: Any  # mtad.tasks.base.Task
-    method: Any  # mtad.engine.DecodingMethod (holds no model)
-    signature: str
-    result_dir: Path
-
-
-def prepare(
-    cfg: DictConfig,
-    *,
-    host_checks: bool = True,
-    task_cache: dict[str, Any] | None = None,
-) -> Prepared:
-    """Validate ``cfg``, build the method and the task (its data, no model). Raises
-    :class:`ConfigError`.
-
-    ``host_checks=False`` is for planning runs that will execute elsewhere (a login node
-    planning SLURM jobs, ``mtad.paper``): the device and the model weights are checked where
-    the run executes, not here. ``task_cache`` lets a planner that prepares hundreds of runs
-    build each distinct task (its data) once, failures included: a data set that is not there
-    may cost a network time-out to find out."""
-    from mtad.methods import make_method
-
-    spec = validate(cfg)
-    rc = spec.cfg
-    if host_checks:
-        preflight.check_device(rc.runtime.device)
-    task = build_task(spec) if task_cache is None else _cached_task(spec, task_cache)
-    method = make_method(spec.method_name, spec.params)
-    preflight.check_token_budget(spec.method_params, getattr(task, "max_new_tokens", None))
-    if method.uses_draft and spec.draft is None:
-        raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
-    if host_checks:
-        _check_models(spec, method.uses_draft)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)
-    config.pop("hydra", None)
-    config["method"] = {"name": spec.method_name, **spec.method_params}
-    # What the task says identifies its data (file hashes, subset) joins the hashed config.
-    config["task_data"] = task.signature()
-    # Hardware that changes the numbers: device kind and GPU model (the pair's dtypes are in
-    # pair.*.dtype). Threads and the CPU model stay out (recorded in metrics.json).
-    identity = hardware_identity(rc.runtime.device)
-    config["hardware"] = {k: identity[k] for k in ("device_kind", "gpu_model")}
-    signature = run_signature(config)
-    folder = result_dir(rc.results.root, rc.results.study, signature)
-    # Last, because they create folders: the checks above leave nothing behind.
-    preflight.check_writable("results.root", Path(rc.results.root) / rc.results.study)
-    if rc.logger.name == "wandb" and rc.logger.mode != "disabled":
-        preflight.check_writable("logger.dir", Path(rc.logger.dir))
-    return Prepared(spec, config, task, method, signature, folder)
-
-
-def _check_models(spec: RunSpec, uses_draft: bool) -> None:
-    """Missing or corrupt weights and mismatched vocabularies fail here, not after the target
-    has loaded (the draft is checked only when the method uses it)."""
-    draft = spec.draft if uses_draft else None
-    for role, model in (("target", spec.target), ("draft", draft)):
-        if model is not None:
-            preflight.check_weights(role, model)
-    if draft is not None:
-        preflight.check_vocab(spec.target, draft)
-
-
-def _cached_task(spec: RunSpec, cache: dict[str, Any]) -> Any:
-    key = json.dumps(
-        [dict(spec.cfg.task), spec.cfg.pair.chat_template],
-        sort_keys=True,
-        default=str,
-    )
-    if key not in cache:
-        try:
-            cache[key] = build_task(spec)
-        except ConfigError as err:
-            cache[key] = err
-    if isinstance(cache[key], ConfigError):
-        raise cache[key]
-    return cache[key]
-
-
-def build_task(spec: RunSpec) -> Any:
-    """The task of ``spec``; ``chat_template: auto`` follows the pair's ``chat_template``."""
-    from mtad.tasks import build_task as build
-
-    options = dict(spec.cfg.task)
-    if options.get("chat_template", "auto") == "auto":
-        options["chat_template"] = spec.cfg.pair.chat_template
-    try:
-        task = build(options)
-        samples = task.samples()  # reads the data: a missing file fails here, before any model
-    except (TypeError, ValueError, OSError) as err:
-        raise ConfigError.from_exception("task", err) from err
-    if not samples:
-        raise ConfigError("task", f"{spec.task_name} selects no samples (empty data?)")
-    return task
 
 
 def run(cfg: DictConfig) -> RunOutcome:
@@ -306,14 +185,14 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
 
         with _timer(overhead, "score"):
             scored = score_outputs(prep.task, outputs, pair.target.model)
-        rows = [_sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
+        rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
         records = [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
         timings = [{"id": row.get("id"), **{k: row[k] for k in TIMING_KEYS}} for row in rows]
-        metrics = _metrics(prep, stats, scored.metrics, energy_block, records, overhead)
+        metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
         metrics["wandb"] = logger.info()
         _write(prep, records, timings)
-        logger.log_result(_wandb_summary(metrics), rows)
+        logger.log_result(wandb_summary(metrics), rows)
         logger.finish()
         # Last: the folder counts as complete only once W&B has the run too, so a failure or a
         # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
@@ -469,69 +348,6 @@ def _task_kwargs(prep: Prepared, pair: Any) -> dict[str, Any]:
     return {"target_model": pair.target.model} if "target_model" in params else {}
 
 
-def _sample_stats(output: Any) -> dict[str, Any]:
-    from mtad.engine import DecodeStats
-
-    stats = DecodeStats.total([g.stats for g in output.generations if g.stats is not None])
-    row = stats.as_dict(with_lengths=True)
-    row["prompt_tokens"] = sum(len(g.prompt_ids) for g in output.generations)
-    row["turns"] = len(output.generations)
-    return row
-
-
-def _sample_record(record: dict[str, Any], output: Any) -> dict[str, Any]:
-    """The task's record (id, output text, its scores) plus the sample's decode counters.
-
-    The task's ``new_tokens`` (tokens kept up to the stop string, what is scored) is renamed
-    ``output_tokens``; ``new_tokens`` is what the decoder generated, as in ``DecodeStats``.
-    """
-    row = dict(record)
-    if "new_tokens" in row:
-        row["output_tokens"] = row.pop("new_tokens")
-    row.update(_sample_stats(output))
-    return row
-
-
-def _metrics(
-    prep: Prepared,
-    stats: Any,
-    task_metrics: dict[str, Any],
-    energy: dict[str, Any],
-    records: list[dict[str, Any]],
-    overhead: dict[str, float],
-) -> dict[str, Any]:
-    rc = prep.spec.cfg
-    import torch
-
-    metrics: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "study": rc.results.study,
-        "signature": prep.signature,
-        "pair": rc.pair.name,
-        "method": prep.spec.method_name,
-        "task": prep.spec.task_name,
-        "seed": rc.runtime.seed,
-        "device": rc.runtime.device,
-        # What a ratio may be taken across: runs on other hardware never share a ratio
-        # (mtad.harness.tables.GROUP_KEYS).
-        **hardware_identity(rc.runtime.device),
-        "threads": torch.get_num_threads(),
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "params": dict(prep.spec.method_params),
-        "n_samples": len(records),
-        "output_tokens": sum(int(r.get("output_tokens", 0)) for r in records),
-    }
-    metrics.update(stats.as_dict())
-    metrics.update(task_metrics)
-    score_key = getattr(prep.task, "primary_metric", None)
-    if score_key and score_key in task_metrics:
-        metrics["score"] = task_metrics[score_key]
-        metrics["score_name"] = score_key
-    metrics["energy"] = energy
-    metrics["overhead_s"] = overhead
-    return metrics
-
-
 def _write(prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str, Any]]) -> None:
     folder = prep.result_dir
     folder.mkdir(parents=True, exist_ok=True)
@@ -545,21 +361,6 @@ def _write(prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str
 def _commit(prep: Prepared, metrics: dict[str, Any]) -> None:
     (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
     write_json(prep.result_dir / METRICS_FILE, metrics)  # its presence marks the folder complete
-
-
-def _wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Scalars for ``run.summary``: flat metrics plus ``energy/...`` and ``overhead/...``."""
-    out: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            for sub, v in value.items():
-                if isinstance(v, (int, float, str, bool)) or v is None:
-                    out[f"{key}/{sub}"] = v
-        elif isinstance(value, (int, float, str, bool)):
-            out[key] = value
-    return {
-        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()
-    }
 
 
 __all__ = ["Prepared", "RunOutcome", "prepare", "run", "run_from_hydra"]

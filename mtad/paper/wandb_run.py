@@ -36,7 +36,7 @@ RATIO_COLUMNS = (
     "ppl_change_vs_ar",
     "score_change_vs_ar",
 )
-# Summary keys a harness run logs (mtad.harness.runner._wandb_summary: flat metrics, nested
+# Summary keys a harness run logs (mtad.harness.records.wandb_summary: flat metrics, nested
 # blocks as ``block/key``) and what they mean, for the per-method bar charts.
 RUN_METRICS: dict[str, str] = {
     "ms_per_token": "ms/token (lower is faster)",
