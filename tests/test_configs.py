@@ -67,9 +67,17 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
         assert spec.target.loader == "hub" and spec.cfg.runtime.device == "cuda"
 
 
-def test_experiment_prints_full_config_without_loading() -> None:
+@pytest.mark.parametrize(
+    ("preset", "target", "draft"),
+    [
+        ("llama70b", "meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf"),
+        ("llama3_8b", "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.2-1B"),
+    ],
+)
+def test_preset_prints_both_models_without_loading(preset: str, target: str, draft: str) -> None:
+    """``python run.py +experiment=<preset> --cfg job`` composes and names both models."""
     out = subprocess.run(
-        [sys.executable, "run.py", "+experiment=llama70b", "--cfg", "job"],
+        [sys.executable, "run.py", f"+experiment={preset}", "--cfg", "job"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -77,25 +85,10 @@ def test_experiment_prints_full_config_without_loading() -> None:
     )
     assert out.returncode == 0, out.stderr
     cfg = OmegaConf.create(out.stdout)
-    assert cfg.pair.target.path == "meta-llama/Llama-2-70b-hf"
-    assert cfg.pair.draft.path == "meta-llama/Llama-2-7b-hf"
-    assert cfg.method.tau == 0.5 and cfg.results.study == "paper"
-
-
-def test_llama3_preset_prints_both_models_without_loading() -> None:
-    """``python run.py +experiment=llama3_8b --cfg job`` composes and names both models."""
-    out = subprocess.run(
-        [sys.executable, "run.py", "+experiment=llama3_8b", "--cfg", "job"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    cfg = OmegaConf.create(out.stdout)
-    assert cfg.pair.target.path == "meta-llama/Llama-3.1-8B"
-    assert cfg.pair.draft.path == "meta-llama/Llama-3.2-1B"
-    assert cfg.method.name == "mtad" and {"paper", "llama3_8b"} <= set(cfg.tags)
+    assert cfg.pair.target.path == target
+    assert cfg.pair.draft.path == draft
+    assert cfg.method.name == "mtad" and cfg.method.tau == 0.5
+    assert cfg.results.study == "paper" and {"paper", cfg.pair.name} <= set(cfg.tags)
 
 
 @pytest.mark.parametrize("name", names("sweep"))

@@ -77,6 +77,22 @@ def env() -> dict[str, str]:
     return {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
+def _started_slurm_runs(base: Path, wandb_dir: Path) -> list[tuple[Path, dict]]:
+    """Result folders whose claim names a SLURM job and whose W&B run has started: runs caught
+    mid-way (the moment both tests act on)."""
+    found = []
+    for claim in base.glob(f"*/{CLAIM_FILE}") if base.is_dir() else []:
+        try:
+            owner = json.loads(claim.read_text() or "{}")
+        except (OSError, ValueError):
+            continue
+        if owner.get("slurm_job") and wandb_run_id(STUDY, claim.parent.name) in offline_runs(
+            wandb_dir
+        ):
+            found.append((claim.parent, owner))
+    return found
+
+
 def test_slurm_sweep_with_a_cancelled_job_completes_every_run_once(
     cluster: None, tmp_path: Path
 ) -> None:
@@ -94,19 +110,13 @@ def test_slurm_sweep_with_a_cancelled_job_completes_every_run_once(
     cancelled: tuple[Path, str] | None = None
     deadline = time.monotonic() + 300
     while cancelled is None and time.monotonic() < deadline and first.poll() is None:
-        for claim in base.glob(f"*/{CLAIM_FILE}") if base.is_dir() else []:
-            try:
-                owner = json.loads(claim.read_text() or "{}")
-            except (OSError, ValueError):
-                continue
-            started = wandb_run_id(STUDY, claim.parent.name) in offline_runs(tmp_path / "wandb")
-            written = (claim.parent / "config.yaml").exists()
-            if owner.get("slurm_job") and started and not written:
+        for folder, owner in _started_slurm_runs(base, tmp_path / "wandb"):
+            if not (folder / "config.yaml").exists():
                 # SIGKILL to every process of the job (``<array>_<task>``: only this task), as
                 # a node failure or a hard pre-emption would: no chance to finish or clean up.
                 sent = subprocess.run(["scancel", "--full", "--signal=KILL", owner["slurm_job"]])
                 if sent.returncode == 0:  # else the job ended just before: try another
-                    cancelled = (claim.parent, owner["slurm_job"])
+                    cancelled = (folder, owner["slurm_job"])
                     break
         time.sleep(0.05)
     out, _ = first.communicate(timeout=300)
@@ -161,14 +171,8 @@ def test_slurm_preempted_job_is_requeued_and_completes_in_the_same_sweep(
     job = None
     deadline = time.monotonic() + 300
     while job is None and time.monotonic() < deadline and sweep.poll() is None:
-        for claim in base.glob(f"*/{CLAIM_FILE}") if base.is_dir() else []:
-            try:
-                owner = json.loads(claim.read_text() or "{}")
-            except (OSError, ValueError):
-                continue
-            started = wandb_run_id(STUDY, claim.parent.name) in offline_runs(tmp_path / "wandb")
-            if owner.get("slurm_job") and started:
-                job = str(owner["slurm_job"])
+        for _, owner in _started_slurm_runs(base, tmp_path / "wandb"):
+            job = str(owner["slurm_job"])
         time.sleep(0.05)
     assert job is not None, "the job was never caught mid-run"
     for sig in ("TERM", "USR2"):  # what SLURM sends a pre-empted job
