@@ -12,7 +12,7 @@ from tracing import traced, untraced
 from mtad.engine import Decoder
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model, build_tiny_pair
-from mtad.engine.warping import WarpConfig, sample_from_logprobs, warp_logprobs
+from mtad.engine.warping import WarpConfig, warp_logprobs
 from mtad.methods import build_method
 from mtad.methods import sps as sps_module
 from mtad.methods.sps import SpeculativeSampling
@@ -138,10 +138,7 @@ def test_specinfer_reproduces_target_distribution(stat_pair):
     def run(runs: int, broken: bool) -> tuple[float, float]:
         method = build_method("specinfer", branching=[2, 2], top_k=6, top_p=0.95)
         if broken:
-            method.walk = lambda logp, logq, tokens, g: (
-                [0, 2],
-                sample_from_logprobs(logp[3], g),
-            )
+            method.walk = lambda p_all, q_all, tokens, g: ([0, 2], p_all[3].sample(g))
         decoder = Decoder(method, ModelRunner(target), ModelRunner(draft))
         counts = sample_two_tokens(decoder, VOCAB, runs)
         stat, df = chi2_statistic(counts, exact, runs)

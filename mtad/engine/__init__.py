@@ -7,7 +7,10 @@ One job per module:
 * :mod:`~mtad.engine.runner`: :class:`ModelRunner`, a model plus its KV cache (feed, crop, rows);
 * :mod:`~mtad.engine.heads`: the logits head (:class:`~mtad.engine.heads.CPUHeadLM`);
 * :mod:`~mtad.engine.warping`: warped distributions and sampling (CPU kernels in
-  ``_warping_cpu``);
+  ``_warping_cpu``). Every method holds a warped distribution as one type,
+  :class:`~mtad.engine.warping.Candidates` (made by :func:`warp_candidates`), and samples,
+  draws and looks tokens up through it; beam search draws (beam, token) pairs from their scores
+  with :func:`sample_with_replacement` / :func:`sample_without_replacement`;
 * :mod:`~mtad.engine.loading`: :class:`ModelSpec`, :func:`load_model`, :func:`load_pair`;
   :mod:`~mtad.engine.smollm2` (the GGUF target) and :mod:`~mtad.engine.tiny` (random test
   models) are two of its sources.
@@ -29,11 +32,9 @@ from mtad.engine.warping import (
     NEG_INF,
     Candidates,
     WarpConfig,
-    sample_from_logprobs,
     sample_with_replacement,
     sample_without_replacement,
     warp_candidates,
-    warp_logprobs,
 )
 
 __all__ = [
@@ -50,9 +51,7 @@ __all__ = [
     "StepResult",
     "WarpConfig",
     "load_pair",
-    "sample_from_logprobs",
     "sample_with_replacement",
     "sample_without_replacement",
     "warp_candidates",
-    "warp_logprobs",
 ]

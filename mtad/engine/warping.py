@@ -129,22 +129,33 @@ def perturb(logscores: torch.Tensor, generator: torch.Generator | None) -> torch
 
 @dataclass(frozen=True)
 class Candidates:
-    """A warped next-token distribution per row as candidate tokens and their log-probabilities.
+    """The warped next-token distribution every method samples from, scores and looks up.
 
-    ``logp[..., j]`` is the warped log-probability of token ``tokens[..., j]``; tokens that are
-    not candidates have probability 0. Built by :func:`warp_candidates`: with top-k on the CPU
-    only a few dozen candidates of a 49k vocabulary are kept, so beam scoring, sampling and
-    lookups never touch vocabulary-wide rows; otherwise every token is a candidate (``dense``,
-    ``tokens`` an expanded ``arange``: no copy).
+    One type with two layouts behind one interface: ``logp[..., j]`` is the warped
+    log-probability of token ``tokens[..., j]``, and tokens that are not candidates have
+    probability 0. Built by :func:`warp_candidates`: on the CPU with top-k only a few dozen
+    candidates of a 49k vocabulary are kept (``dense=False``), so scoring, sampling and lookups
+    never touch vocabulary-wide rows; otherwise (GPU, no top-k) every token is a candidate
+    (``dense``: ``logp`` is the vocabulary-wide row and ``tokens`` an expanded ``arange``, no
+    copy). Methods never need to know which: index rows, :meth:`logp_of` / :meth:`lookup` a
+    token, :meth:`sample` or :meth:`draw` tokens.
     """
 
     tokens: torch.Tensor  # [..., m] int64
     logp: torch.Tensor  # [..., m] float32, -inf for candidates warping dropped
     dense: bool
 
-    def __getitem__(self, rows: int | slice) -> Candidates:
-        """Some rows (indexing the leading dimensions), e.g. ``c[k]`` or ``c[:g]``."""
-        return Candidates(self.tokens[rows], self.logp[rows], self.dense)
+    @classmethod
+    def from_logprobs(cls, logp: torch.Tensor) -> Candidates:
+        """Vocabulary-wide log-probability rows ``[..., V]`` as a dense distribution."""
+        tokens = torch.arange(logp.shape[-1], device=logp.device).expand(logp.shape)
+        return cls(tokens, logp, dense=True)
+
+    def __getitem__(self, rows: int | slice | torch.Tensor | None) -> Candidates:
+        """Some rows (indexing the leading dimensions), e.g. ``c[k]``, ``c[:g]``, ``c[idx]``."""
+        if self.dense:  # a fresh expanded arange: indexing the expanded one would copy it
+            return Candidates.from_logprobs(self.logp[rows])
+        return Candidates(self.tokens[rows], self.logp[rows], False)
 
     def _matched(self, tokens: torch.Tensor) -> torch.Tensor:
         # log-probability of each entry of ``tokens [..., 1]`` among the candidates broadcast
@@ -172,19 +183,32 @@ class Candidates:
         return out.scatter_(-1, self.tokens, self.logp)
 
     @staticmethod
+    def cat(parts: list[Candidates], vocab: int) -> Candidates:
+        """Rows of several distributions concatenated (dense if any part is, or widths differ)."""
+        if all(not p.dense for p in parts) and len({p.logp.shape[-1] for p in parts}) == 1:
+            return Candidates(
+                torch.cat([p.tokens for p in parts]), torch.cat([p.logp for p in parts]), False
+            )
+        return Candidates.from_logprobs(torch.cat([p.to_dense(vocab) for p in parts]))
+
+    @staticmethod
     def stack(rows: list[Candidates], vocab: int) -> Candidates:
         """One-row distributions stacked into rows (dense if any row is, or widths differ)."""
-        if all(not r.dense for r in rows) and len({r.logp.shape[-1] for r in rows}) == 1:
-            return Candidates(
-                torch.stack([r.tokens for r in rows]), torch.stack([r.logp for r in rows]), False
-            )
-        logp = torch.stack([r.to_dense(vocab) for r in rows])
-        return Candidates(torch.arange(vocab, device=logp.device).expand(logp.shape), logp, True)
+        return Candidates.cat([r[None] for r in rows], vocab)
 
     def sample(self, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
         """One token per row (Gumbel-max over the candidates; argmax when ``greedy``)."""
         j = sample_from_logprobs(self.logp, generator, greedy)
         return self.tokens.gather(-1, j[..., None]).squeeze(-1)
+
+    def draw(self, k: int, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
+        """``k`` i.i.d. tokens per row (``[..., k]``); greedy: the ``k`` most likely, distinct.
+
+        When fewer than ``k`` tokens have non-zero probability, greedy picks include
+        zero-probability tokens; their ``logp_of`` is ``-inf``, so no verifier accepts them.
+        """
+        j, _ = sample_with_replacement(self.logp, k, generator, greedy)
+        return self.tokens.gather(-1, j)
 
 
 def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
@@ -208,9 +232,7 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
                 logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
                 shape = (*logits.shape[:-1], idx.shape[-1])
                 return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
-    logp = warp_logprobs(logits, warp)
-    tokens = torch.arange(vocab, device=logits.device).expand(logp.shape)
-    return Candidates(tokens, logp, dense=True)
+    return Candidates.from_logprobs(warp_logprobs(logits, warp))
 
 
 def sample_from_logprobs(

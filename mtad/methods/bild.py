@@ -29,8 +29,7 @@ from mtad.engine import (
     DecodeContext,
     DecodingMethod,
     StepResult,
-    sample_from_logprobs,
-    warp_logprobs,
+    warp_candidates,
 )
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
 from mtad.methods.registry import register_method
@@ -84,8 +83,7 @@ class BigLittleDecoder(DecodingMethod):
             for i in range(prm.max_draft):
                 if float(raw_confidence(logits)) < prm.fallback_threshold:
                     break  # not confident: hand over to the target
-                logq = warp_logprobs(logits, prm.warp)
-                tok = sample_from_logprobs(logq, ctx.generator, prm.greedy)
+                tok = warp_candidates(logits, prm.warp).sample(ctx.generator, prm.greedy)
                 drafted.append(tok)
                 if i + 1 < prm.max_draft:
                     logits = ctx.draft.forward(tok.view(1, 1))[0, -1]
@@ -93,14 +91,14 @@ class BigLittleDecoder(DecodingMethod):
             x = torch.stack(drafted) if drafted else None
             g = 0 if x is None else x.numel()
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
-            logp = warp_logprobs(logits, prm.warp)
+            p = warp_candidates(logits, prm.warp)  # g + 1 rows
             if x is None:
                 k = 0
-                tokens = sample_from_logprobs(logp[0], ctx.generator, prm.greedy).view(1)
+                tokens = p[0].sample(ctx.generator, prm.greedy).view(1)
             else:
                 distance = raw_cross_entropy(logits[:g], x)
                 keep = leading_true_count(distance <= prm.rollback_threshold)
-                next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
+                next_tokens = p.sample(ctx.generator, prm.greedy)
                 k = int(keep)
                 tokens = torch.cat([x[:k], next_tokens[k : k + 1]])
             ctx.target.crop(ctx.n + k)

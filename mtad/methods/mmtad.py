@@ -17,12 +17,12 @@ import torch
 
 from mtad.engine import (
     NEG_INF,
+    Candidates,
     DecodeContext,
     DecodingMethod,
     ModelRunner,
     StepResult,
-    sample_from_logprobs,
-    warp_logprobs,
+    warp_candidates,
 )
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
@@ -47,15 +47,18 @@ def beam_tree(beams: BeamDraft) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def select_tree_node(
-    logp: torch.Tensor, beams: BeamDraft, tau: float
+    p: Candidates | torch.Tensor, beams: BeamDraft, tau: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Accepted depth ``k`` (0 = none) and the flat index of the accepted node (-1 = root).
 
-    ``logp``: warped target log-probs ``[1 + gamma * B, V]`` (root row, then nodes).
+    ``p``: the warped target at the root and at every node, ``1 + gamma * B`` rows
+    (:class:`~mtad.engine.warping.Candidates`, or vocabulary-wide log-prob rows).
     """
+    if isinstance(p, torch.Tensor):
+        p = Candidates.from_logprobs(p)
     gamma, width = beams.picks.shape
     tokens, parents, _ = beam_tree(beams)
-    token_logp = logp[parents + 1, tokens].view(gamma, width)  # row of the parent predicts it
+    token_logp = p[parents + 1].logp_of(tokens).view(gamma, width)  # the parent's row predicts it
     joint_p = [token_logp[0]]
     for d in range(1, gamma):
         joint_p.append(joint_p[-1][beams.parents[d]] + token_logp[d])
@@ -64,7 +67,7 @@ def select_tree_node(
     best_q = beams.joint_logq.max(dim=1, keepdim=True).values
     passing = alive & (jp - best_q > math.log(tau))
     depth_passes = passing.any(dim=1)
-    depths = torch.arange(1, gamma + 1, device=logp.device)
+    depths = torch.arange(1, gamma + 1, device=jp.device)
     k = torch.where(depth_passes, depths, 0).max()
     row = torch.where(passing, jp, NEG_INF)[(k - 1).clamp_min(0)]
     node = torch.where(k > 0, (k - 1) * width + row.argmax(), -1)
@@ -103,9 +106,9 @@ class MMTAD(DecodingMethod):
             ctx.draft.select_rows(torch.zeros(1, dtype=torch.long, device=tokens.device))
             ctx.draft.crop(ctx.n)
         with ctx.timed("verify"):
-            logp = warp_logprobs(ctx.target.feed_tree(ctx.ids, tokens, parents, depths), prm.warp)
-            k_t, node_t = select_tree_node(logp, beams, prm.tau)
-            next_tokens = sample_from_logprobs(logp, ctx.generator, prm.greedy)
+            p = warp_candidates(ctx.target.feed_tree(ctx.ids, tokens, parents, depths), prm.warp)
+            k_t, node_t = select_tree_node(p, beams, prm.tau)
+            next_tokens = p.sample(ctx.generator, prm.greedy)  # one per node; one is used
             k, node = int(k_t), int(node_t)  # the iteration's host sync
             path: list[int] = []
             parent_list = parents.tolist()

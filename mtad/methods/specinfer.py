@@ -18,18 +18,17 @@ from dataclasses import dataclass, field
 import torch
 
 from mtad.engine import (
+    Candidates,
     DecodeContext,
     DecodingMethod,
     ModelRunner,
     StepResult,
     WarpConfig,
-    sample_from_logprobs,
-    sample_with_replacement,
-    warp_logprobs,
+    warp_candidates,
 )
 from mtad.methods.common import SamplingParams
 from mtad.methods.registry import register_method
-from mtad.methods.sps import residual_logprobs
+from mtad.methods.sps import residual_candidates
 
 
 @dataclass
@@ -82,21 +81,23 @@ def expand_tree(
     branching: list[int],
     warp: WarpConfig,
     generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample the tree's tokens ``[N]`` and the draft distribution each internal node's children
-    came from, ``[1 + internal, V]`` (row 0: root). One draft forward per depth; the cache ends
-    with one row per deepest internal node."""
-    logq = warp_logprobs(draft.feed(ids)[0, -1:], warp)  # [1, V]
-    dists, tokens = [logq], []
+) -> tuple[torch.Tensor, Candidates]:
+    """Sample the tree's tokens ``[N]`` and return them with the warped draft distribution each
+    internal node's children came from (``1 + internal`` rows; row 0: root). One draft forward
+    per depth; the cache ends with one row per deepest internal node."""
+    logits = draft.feed(ids)[0, -1:]  # [1, V]
+    vocab = logits.shape[-1]
+    q = warp_candidates(logits, warp)
+    dists, tokens = [q], []
     for d, b in enumerate(branching):
-        toks, _ = sample_with_replacement(logq, b, generator, warp.greedy)  # [rows, b]
+        toks = q.draw(b, generator, warp.greedy)  # [rows, b] i.i.d. children per node
         tokens.append(toks.flatten())
         if d + 1 == len(branching):
             break
         draft.select_rows(torch.arange(toks.shape[0], device=toks.device).repeat_interleave(b))
-        logq = warp_logprobs(draft.forward(toks.reshape(-1, 1))[:, -1], warp)
-        dists.append(logq)
-    return torch.cat(tokens), torch.cat(dists)
+        q = warp_candidates(draft.forward(toks.reshape(-1, 1))[:, -1], warp)
+        dists.append(q)
+    return torch.cat(tokens), Candidates.cat(dists, vocab)
 
 
 @register_method(SpecInferParams)
@@ -118,12 +119,12 @@ class TreeSpeculativeSampling(DecodingMethod):
         prm, lay = self.params, self.layout
         assert ctx.draft is not None
         with ctx.timed("draft"):
-            tokens, logq = expand_tree(ctx.draft, ctx.ids, prm.branching, prm.warp, ctx.generator)
+            tokens, q_all = expand_tree(ctx.draft, ctx.ids, prm.branching, prm.warp, ctx.generator)
             ctx.draft.select_rows(torch.zeros(1, dtype=torch.long, device=tokens.device))
             ctx.draft.crop(ctx.n)  # accepted tokens are re-read next iteration
         with ctx.timed("verify"):
             dev = tokens.device
-            logp_all = warp_logprobs(
+            p_all = warp_candidates(
                 ctx.target.feed_tree(
                     ctx.ids,
                     tokens,
@@ -133,7 +134,7 @@ class TreeSpeculativeSampling(DecodingMethod):
                 prm.warp,
             )
             ctx.target.crop(ctx.n)
-            path, next_token = self.walk(logp_all, logq, tokens, ctx.generator)
+            path, next_token = self.walk(p_all, q_all, tokens, ctx.generator)
         out = torch.cat([tokens[path], next_token.view(1)])
         # depth along the accepted path over the tree depth; every node for the per-node rate
         return StepResult(
@@ -142,12 +143,15 @@ class TreeSpeculativeSampling(DecodingMethod):
 
     def walk(
         self,
-        logp_all: torch.Tensor,
-        logq: torch.Tensor,
+        p_all: Candidates,
+        q_all: Candidates,
         tokens: torch.Tensor,
         generator: torch.Generator,
     ) -> tuple[list[int], torch.Tensor]:
-        """Multi-candidate speculative sampling down the tree: accepted nodes, next token."""
+        """Multi-candidate speculative sampling down the tree: accepted nodes, next token.
+
+        ``p_all``: the warped target at the root and at every node (BFS order); ``q_all``: the
+        draft distribution of the root's and of each internal node's children."""
         lay, greedy = self.layout, self.params.greedy
         internal_row = {-1: 0}
         for i, node in enumerate(n for n in range(len(lay.parents)) if lay.children[n]):
@@ -155,24 +159,24 @@ class TreeSpeculativeSampling(DecodingMethod):
         token_list = tokens.tolist()
         node, path = -1, []
         while True:
-            logp = logp_all[node + 1]
+            p = p_all[node + 1]
             kids = lay.children[node]
             if not kids:
-                return path, sample_from_logprobs(logp, generator, greedy)
+                return path, p.sample(generator, greedy)
             accepted = None
             if greedy:
-                best = int(logp.argmax())
+                best = int(p.sample(generator, greedy=True))
                 accepted = next((c for c in kids if token_list[c] == best), None)
             else:
-                lq = logq[internal_row[node]]
+                q = q_all[internal_row[node]]
                 for c in kids:
-                    x = token_list[c]
-                    u = torch.rand((), generator=generator, device=logp.device)
-                    if bool(torch.log(u) < logp[x] - lq[x]):
+                    x = tokens[c]
+                    u = torch.rand((), generator=generator, device=x.device)
+                    if bool(torch.log(u) < p.logp_of(x) - q.logp_of(x)):
                         accepted = c
                         break
-                    logp = residual_logprobs(logp, lq)
+                    p = residual_candidates(p, q)  # the next sibling is tested against it
             if accepted is None:
-                return path, sample_from_logprobs(logp, generator, greedy)
+                return path, p.sample(generator, greedy)
             path.append(accepted)
             node = accepted
