@@ -92,9 +92,10 @@ def test_overlap_check_finds_and_filters_shared_ngrams():
 def test_pool_items_have_text_and_no_sql():
     import random
 
-    from mtad.distill.pool import SQL_RE, _chat_templated, item_text
+    from mtad.distill.pool import SQL_RE, item_text
+    from mtad.distill.templates import templated_chats
 
-    items = list(_chat_templated(random.Random(0), 200))
+    items = list(templated_chats(random.Random(0), 200))
     assert all(item_text(it) and not SQL_RE.search(item_text(it)) for it in items)
     assert SQL_RE.search("SELECT name FROM singer") and SQL_RE.search("create table t (a int)")
 

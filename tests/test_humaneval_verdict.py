@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from mtad.tasks.base import SampleOutput
 from mtad.tasks.humaneval import HumanEvalTask
+from mtad.tasks.samples import SampleOutput
 from mtad.tasks.sandbox import run_python
 
 EARLY_ENDS = {

@@ -16,15 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mtad.paper.recipes import (
-    RecipeError,
-    expand,
-    load_profile,
-    load_recipe,
-    load_recipes,
-    merge_overrides,
-    recipe_names,
-)
+from mtad.paper.expansion import expand, merge_overrides
+from mtad.paper.recipes import RecipeError, load_profile, load_recipe, load_recipes, recipe_names
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_BUDGET_S = 180.0  # the bar for `reproduce.py all --profile smoke` on 2 cores

@@ -12,8 +12,9 @@ from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import TASKS, build_task
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult
+from mtad.tasks.base import Task
 from mtad.tasks.generator import TextGenerator, derive_seed, first_stop
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "task"
 

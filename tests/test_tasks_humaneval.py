@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from mtad.engine.tiny import build_tiny_tokenizer
-from mtad.tasks.base import SampleOutput
 from mtad.tasks.humaneval import STOP, HumanEvalTask, program_for
+from mtad.tasks.samples import SampleOutput
 
 
 @pytest.fixture(scope="module")

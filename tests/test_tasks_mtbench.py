@@ -13,9 +13,9 @@ import pytest
 from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
-from mtad.tasks.base import SampleOutput
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.mtbench import MTBenchTask, parse_rating
+from mtad.tasks.samples import SampleOutput
 
 
 @pytest.fixture(scope="module")

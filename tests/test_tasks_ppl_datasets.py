@@ -12,9 +12,9 @@ from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import build_task
-from mtad.tasks.base import SampleOutput
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.ppl_datasets import DatasetUnavailable, rouge_scores
+from mtad.tasks.samples import SampleOutput
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "ppl"
 NAMES = ("chatalpaca", "chatgpt_prompts", "cnn_dailymail")

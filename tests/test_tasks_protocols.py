@@ -12,9 +12,9 @@ import pytest
 
 from mtad.engine.tiny import build_tiny_tokenizer
 from mtad.tasks import build_task
-from mtad.tasks.base import SampleOutput
 from mtad.tasks.humaneval import HumanEvalTask, first_function
 from mtad.tasks.mtbench import MTBenchTask
+from mtad.tasks.samples import SampleOutput
 from mtad.tasks.spider import SpiderTask
 
 # A Spider-shaped fixture in the full tables.json format: table names deliberately out of order

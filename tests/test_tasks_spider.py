@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mtad.tasks.base import SampleOutput
+from mtad.tasks.samples import SampleOutput
 from mtad.tasks.spider import SpiderTask, clean_prediction
 from mtad.tasks.sqlite_readonly import QueryRefused, execute_readonly
 

@@ -25,8 +25,7 @@ from mtad.distill import report
 from mtad.distill.data import Buffer, encode_item, generate, load_data, save_data
 from mtad.distill.drafts import DraftSpec, build_draft, build_optimisers, init_from, load_target
 from mtad.distill.evaluate import build_eval_sets, evaluate
-from mtad.distill.prompts import prepare_pool
-from mtad.distill.topics import FOLLOW_UPS
+from mtad.distill.prompts import FOLLOW_UPS, prepare_pool
 from mtad.distill.train import load_ckpt, lr_at, save_ckpt, train_step
 from mtad.harness.results import environment
 

@@ -1,6 +1,6 @@
 """The training prompts of a distillation: the offline pool (:mod:`mtad.distill.pool`), checked
 and filtered disjoint from every evaluation prompt (:mod:`mtad.distill.overlap`), split into
-training items and held-out items."""
+training items and held-out items; and the follow-up turns that continue finished chats."""
 
 from __future__ import annotations
 
@@ -9,7 +9,29 @@ from pathlib import Path
 from mtad.distill.evalsets import evaluation_texts
 from mtad.distill.overlap import filter_pool, overlap_report
 from mtad.distill.pool import build_pool, item_text, load_pool, pool_fingerprint, save_pool
-from mtad.distill.topics import FOLLOW_UPS
+
+# hand-written second user turns for chats the target finished (mtad.distill.loop), checked
+# disjoint from the evaluation prompts along with the pool
+FOLLOW_UPS = [
+    "Can you make it shorter?",
+    "Please explain that in simpler words.",
+    "Now make the tone more formal.",
+    "Could you add a concrete example?",
+    "Summarize your answer in three bullet points.",
+    "What are the main limitations of this?",
+    "Turn your answer into a short poem.",
+    "Can you rewrite it for a child?",
+    "Add a title and a one-line summary.",
+    "Now give me the opposite point of view.",
+    "What would an expert add to this?",
+    "Please continue.",
+    "Rewrite the answer as a numbered list.",
+    "Can you write a test for that code?",
+    "How could the code be made faster?",
+    "Explain each step of your reasoning.",
+    "Translate your answer into French.",
+    "Give two alternative versions.",
+]
 
 
 def prepare_pool(args, log) -> dict:

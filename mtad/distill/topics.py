@@ -294,24 +294,3 @@ LANGUAGES = [
     "TypeScript",
     "Bash",
 ]
-
-FOLLOW_UPS = [
-    "Can you make it shorter?",
-    "Please explain that in simpler words.",
-    "Now make the tone more formal.",
-    "Could you add a concrete example?",
-    "Summarize your answer in three bullet points.",
-    "What are the main limitations of this?",
-    "Turn your answer into a short poem.",
-    "Can you rewrite it for a child?",
-    "Add a title and a one-line summary.",
-    "Now give me the opposite point of view.",
-    "What would an expert add to this?",
-    "Please continue.",
-    "Rewrite the answer as a numbered list.",
-    "Can you write a test for that code?",
-    "How could the code be made faster?",
-    "Explain each step of your reasoning.",
-    "Translate your answer into French.",
-    "Give two alternative versions.",
-]

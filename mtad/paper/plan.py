@@ -10,15 +10,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mtad.paper.recipes import (
-    PlannedRun,
-    Profile,
-    Recipe,
-    expand_all,
-    load_profile,
-    load_recipes,
-    unique_runs,
-)
+from mtad.paper.expansion import PlannedRun, expand_all, unique_runs
+from mtad.paper.recipes import Profile, Recipe, load_profile, load_recipes
 from mtad.paper.status import Composer, RunStatus, estimate_seconds, resolve_all
 
 

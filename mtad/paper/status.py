@@ -24,7 +24,8 @@ from mtad.harness.config import ConfigError, register_configs
 from mtad.harness.results import METRICS_FILE, is_complete
 from mtad.harness.runner import prepare
 from mtad.harness.signature import config_hash
-from mtad.paper.recipes import REPO, PlannedRun, RecipeError
+from mtad.paper.expansion import PlannedRun
+from mtad.paper.recipes import REPO, RecipeError
 
 CONF = REPO / "conf"
 FAILED_FILE = "failed.json"

@@ -13,16 +13,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from mtad.tasks.base import (
-    Generation,
-    Sample,
-    SampleOutput,
-    Task,
-    TaskResult,
-    score_outputs,
-    total_stats,
-)
+from mtad.tasks.base import Task, score_outputs, total_stats
 from mtad.tasks.generator import TextGenerator
+from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
 
 # name -> "module:class"
 TASKS: dict[str, str] = {

@@ -13,16 +13,18 @@ over decoding only:
    (:func:`mtad.tasks.quality.score_perplexity`).
 
 Records are flat dicts (one per sample) and metrics a flat dict, so a results table is one
-``pandas.DataFrame(result.records)`` away.
+``pandas.DataFrame(result.records)`` away. The samples, generations and results themselves are
+:mod:`mtad.tasks.samples`.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -42,71 +44,6 @@ def check_protocol(protocol: str) -> str:
     if protocol not in PROTOCOLS:
         raise ValueError(f"task.protocol must be one of {PROTOCOLS}, got {protocol!r}")
     return protocol
-
-
-@dataclass
-class Sample:
-    """One prompt of a task.
-
-    ``turns`` are the user messages (one for most tasks, two for MT-Bench). ``raw_prompt`` is the
-    plain-text prompt used without a chat template (defaults to the first turn), and
-    ``assistant_prefix`` is text the assistant's reply starts with in chat mode (e.g. an opened
-    code fence), generated from rather than by the model.
-    """
-
-    id: str
-    turns: list[str]
-    raw_prompt: str | None = None
-    assistant_prefix: str = ""
-    system: str | None = None
-    stop: tuple[str, ...] = ()
-    max_new_tokens: int = 256
-    reference: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Generation:
-    """One decoded reply.
-
-    ``output_ids`` are the generated tokens up to the one that completes the first stop string
-    (or up to EOS / the length limit): what perplexity scores. Tokens a block method emitted past
-    the stop string are dropped here so that every method is scored on the same text; they still
-    count in ``stats`` (the decoder's speed counters) and in ``n_generated``.
-    """
-
-    prompt: str
-    text: str
-    prompt_ids: list[int]
-    output_ids: list[int]
-    stopped_by: str
-    n_generated: int
-    stats: Any = None  # mtad.engine.DecodeStats
-
-    @classmethod
-    def from_text(cls, text: str, prompt: str = "") -> Generation:
-        """A generation known only by its text (re-scoring saved outputs, tests)."""
-        return cls(prompt, text, [], [], "unknown", 0)
-
-
-@dataclass
-class SampleOutput:
-    sample: Sample
-    generations: list[Generation]
-
-    @property
-    def text(self) -> str:
-        """The final reply (the last turn's)."""
-        return self.generations[-1].text if self.generations else ""
-
-    @classmethod
-    def from_texts(cls, sample: Sample, texts: Sequence[str]) -> SampleOutput:
-        return cls(sample, [Generation.from_text(t) for t in texts])
-
-
-@dataclass
-class TaskResult:
-    records: list[dict[str, Any]]
-    metrics: dict[str, Any]
 
 
 def plain_conversation(turns: Sequence[str], answers: Sequence[str], system: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Text in, :class:`~mtad.tasks.base.Generation` out: the engine's ``Decoder`` behind a prompt
+"""Text in, :class:`~mtad.tasks.samples.Generation` out: the engine's ``Decoder`` behind a prompt
 string, with stop strings, per-sample seeds and context-aware detokenization."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mtad.tasks.base import Generation
+from mtad.tasks.samples import Generation
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -31,14 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import (
-    Sample,
-    SampleOutput,
-    Task,
-    TaskResult,
-    check_protocol,
-    resolve_data_path,
-)
+from mtad.tasks.base import Task, check_protocol, resolve_data_path
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sandbox import SandboxLimits, run_many
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")

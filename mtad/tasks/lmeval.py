@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from mtad.tasks.base import DATA_DIR, Sample, SampleOutput, Task, TaskResult, resolve_data_path
+from mtad.tasks.base import DATA_DIR, Task, resolve_data_path
 from mtad.tasks.lmeval_model import MTADLM
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

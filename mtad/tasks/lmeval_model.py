@@ -17,9 +17,9 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from mtad.tasks.base import Generation
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.quality import continuation_logprobs, max_context
+from mtad.tasks.samples import Generation
 
 if TYPE_CHECKING:
     from lm_eval.api.instance import Instance

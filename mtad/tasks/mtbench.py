@@ -32,14 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import (
-    Sample,
-    SampleOutput,
-    Task,
-    TaskResult,
-    check_protocol,
-    resolve_data_path,
-)
+from mtad.tasks.base import Task, check_protocol, resolve_data_path
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 NEED_REF_CATS = ("math", "reasoning", "coding")
 _RATING = (re.compile(r"\[\[(\d+\.?\d*)\]\]"), re.compile(r"\[(\d+\.?\d*)\]"))

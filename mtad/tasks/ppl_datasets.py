@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult
+from mtad.tasks.base import Task
 from mtad.tasks.generator import TextGenerator
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}

@@ -15,7 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, resolve_data_path
+from mtad.tasks.base import Task, resolve_data_path
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 DEFAULT_FILE = "default_prompts.jsonl"
 

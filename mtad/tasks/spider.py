@@ -42,7 +42,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import Sample, SampleOutput, Task, TaskResult, check_protocol
+from mtad.tasks.base import Task, check_protocol
+from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sqlite_readonly import QueryRefused, execute_readonly, results_match, schema_ddl
 
 STOP = (";", "\n\n", "```")
