@@ -1,7 +1,7 @@
 """Where each planned run stands: done, failed, not run (and why) or missing.
 
 A planned run is composed exactly as ``run.py`` would compose it and passed through the harness's
-own :func:`mtad.harness.runner.prepare` (validation, task data, signature; no model loads), so
+own :func:`mtad.harness.prepare.prepare` (validation, task data, signature; no model loads), so
 the signature found here is the one the run writes. Task data that is not there (Spider without
 ``task.data_dir``) or a task the profile does not run becomes "not run" with the reason; any
 other bad value is a real error and stops everything before a run starts.
@@ -21,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.prepare import prepare
 from mtad.harness.results import METRICS_FILE, is_complete
-from mtad.harness.runner import prepare
 from mtad.harness.signature import config_hash
 from mtad.paper.recipes import REPO, PlannedRun, RecipeError
 
@@ -33,7 +33,7 @@ FAILED_FILE = "failed.json"
 # are not checked when planning (they are the job host's business: a login node without GPUs
 # plans GPU runs); a planning host without the configured device is noted once instead.
 UNAVAILABLE_KEYS = ("task",)
-# The part of a run's identity that only the host running it knows (mtad.harness.runner
+# The part of a run's identity that only the host running it knows (mtad.harness.prepare
 # hashes it into the signature): a planner matches finished runs without it.
 HOST_KEYS = (("hardware", "gpu_model"),)
 
