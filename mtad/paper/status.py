@@ -9,6 +9,7 @@ other bad value is a real error and stops everything before a run starts.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hydra
 import yaml
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtad.harness import preflight
@@ -60,8 +65,6 @@ class RunStatus:
         return json.loads((self.result_dir / METRICS_FILE).read_text())
 
     def config(self) -> dict[str, Any]:
-        import yaml
-
         assert self.result_dir is not None
         return yaml.safe_load((self.result_dir / "config.yaml").read_text())
 
@@ -77,14 +80,11 @@ class RunStatus:
 @contextmanager
 def hydra_composer(conf_dir: Path = CONF) -> Iterator[Composer]:
     """Compose configs as ``run.py`` does, outside a running Hydra app."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     register_configs()
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        yield CachedComposer(lambda overrides: compose("config", overrides=list(overrides)))
+    with hydra.initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        yield CachedComposer(lambda overrides: hydra.compose("config", overrides=list(overrides)))
 
 
 class CachedComposer:
@@ -104,11 +104,6 @@ class CachedComposer:
         return "/" in key or (self.conf_dir / key).is_dir()
 
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
-        import copy
-
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         groups = tuple(o.input_line for o in parsed if self._is_group(o))
         values = [o for o in parsed if not self._is_group(o)]

