@@ -26,6 +26,8 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
+    # group-choice check (under __main__) do not need.
     from mtad.harness.runner import run_from_hydra
 
     try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-def eos_token_ids(tokenizer: Any, model: Any) -> list[int]:
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> list[int]:
     """The tokenizer's EOS plus the model's generation-config EOS ids (chat models add
     end-of-turn tokens there), sorted."""
     ids: set[int] = set()

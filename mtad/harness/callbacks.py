@@ -4,7 +4,7 @@
 Hydra's basic sweeper will (Hydra's override parser and ``BasicSweeper.split_arguments`` over
 ``hydra.sweeper.params`` plus the command line), composes each job's config with Hydra's own
 config loader (``load_sweep_config``, what the launcher does per job) and runs
-:func:`mtad.harness.runner.prepare` on it: every value, device, weights, vocabularies, token
+:func:`mtad.harness.prepare.prepare` on it: every value, device, weights, vocabularies, token
 budget and output folder. The first bad job stops the command before any job starts, with one
 line naming the key and the job's overrides, and exit status 2. Why here and not in the
 sweeper: a custom sweeper must live in the ``hydra_plugins`` namespace package (Hydra refuses
@@ -26,8 +26,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
+
+from mtad.harness.cli import report_config_error
+from mtad.harness.config import ConfigError
+from mtad.harness.prepare import prepare
+from mtad.harness.results import METRICS_FILE, write_json
+from mtad.harness.summary import print_runs
+from mtad.harness.tables import load_runs
 
 POINTER_FILE = "result.json"
 EXIT_JOBS_FAILED = 1
@@ -35,8 +45,6 @@ BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 def write_pointer(output_dir: str | Path, info: dict[str, Any]) -> None:
-    from mtad.harness.results import write_json
-
     write_json(Path(output_dir) / POINTER_FILE, info)
 
 
@@ -52,10 +60,6 @@ def read_pointers(sweep_dir: str | Path) -> list[dict[str, Any]]:
 
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
     """The override lists of every job of the sweep ``config`` will run (basic sweeper)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = config.hydra.sweeper.get("params") or {}
     arguments = [f"{key}={value}" for key, value in params.items()]
     arguments += list(config.hydra.overrides.task)
@@ -67,11 +71,6 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
 def validate_sweep(config: DictConfig) -> int:
     """Compose and prepare every job of the sweep; raise :class:`ConfigError` naming the key
     and the job. Returns the number of jobs."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from mtad.harness.config import ConfigError
-    from mtad.harness.runner import prepare
-
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
     for num, overrides in enumerate(jobs):
@@ -98,9 +97,6 @@ class ValidateSweep(Callback):
     """Every job of a sweep is validated before any starts (see the module docstring)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtad.harness.cli import report_config_error
-        from mtad.harness.config import ConfigError
-
         if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
             return
         try:
@@ -112,10 +108,6 @@ class ValidateSweep(Callback):
 
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtad.harness.results import METRICS_FILE
-        from mtad.harness.summary import print_runs
-        from mtad.harness.tables import load_runs
-
         pointers = read_pointers(config.hydra.sweep.dir)
         done = [p for p in pointers if p.get("status") in ("done", "skipped")]
         runs = load_runs({Path(p["result_dir"]) / METRICS_FILE for p in done})

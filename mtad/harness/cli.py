@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep
+
 from mtad.harness.config import ConfigError
 
 EXIT_CONFIG_ERROR = 2
@@ -30,9 +33,6 @@ def check_group_choices(argv: list[str], conf_dir: Path) -> None:
     Sweeps (``method=ar,mtad``) are checked choice by choice; globs and other sweep forms are
     left to Hydra.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import ChoiceSweep
-
     overrides = [a for a in argv if "=" in a and not a.startswith("-")]
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)

@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mtad.tasks.base import PROTOCOLS
+
+# mtad.engine and mtad.methods import torch (seconds): they are imported inside validate(), not
+# here, because run.py imports this module before Hydra composes anything (--help, --cfg job).
 if TYPE_CHECKING:
     from mtad.engine.loading import ModelSpec
 
@@ -221,7 +225,7 @@ def validate(cfg: DictConfig) -> RunSpec:
     params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.engine and
     mtad.methods) but loads nothing.
     """
-    from mtad.engine.loading import ModelSpec
+    from mtad.engine.loading import ModelSpec  # torch: see the imports at the top
 
     known = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
     for key in cfg:
@@ -260,11 +264,9 @@ def validate(cfg: DictConfig) -> RunSpec:
     if not task_name:
         raise ConfigError("task.name", "missing (pick a task: task=<name>)")
     protocol = task.get("protocol")
-    if protocol is not None:  # spider / humaneval / mtbench: as the authors ran them, or ours
-        from mtad.tasks.base import PROTOCOLS
-
-        if protocol not in PROTOCOLS:
-            raise ConfigError("task.protocol", f"must be one of {PROTOCOLS}, got {protocol!r}")
+    # spider / humaneval / mtbench: as the authors ran them, or ours
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ConfigError("task.protocol", f"must be one of {PROTOCOLS}, got {protocol!r}")
 
     run_cfg = RunConfig(
         pair=pair,
@@ -278,7 +280,7 @@ def validate(cfg: DictConfig) -> RunSpec:
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:
     """The method's validated params dataclass, defaults filled in (no model is built)."""
-    from mtad.methods import METHODS, build_params
+    from mtad.methods import METHODS, build_params  # torch: see the imports at the top
 
     if name not in METHODS:
         raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(METHODS)}")

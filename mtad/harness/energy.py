@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtad.harness.config import EnergyConfig
+
+if TYPE_CHECKING:
+    from codecarbon.emissions_tracker import BaseEmissionsTracker
 
 # codecarbon's CPU modes -> what they mean for the reader of a result.
 CPU_MODES = {
@@ -31,7 +34,7 @@ class EnergyMeter:
 
     def __init__(self, cfg: EnergyConfig) -> None:
         self.cfg = cfg
-        self.tracker: Any = None
+        self.tracker: BaseEmissionsTracker | None = None
         self.init_s = 0.0
 
     @property
@@ -42,6 +45,7 @@ class EnergyMeter:
         if not self.enabled:
             return
         start = time.perf_counter()
+        # Here, timed (init_s): energy=none runs never import codecarbon, which takes seconds.
         from codecarbon import EmissionsTracker, OfflineEmissionsTracker
 
         # Its import sets INFO and its constructor logs before applying log_level.

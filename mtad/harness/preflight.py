@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from mtad.harness.config import ConfigError
 
+# torch and mtad.engine (which imports torch, seconds) are imported inside the checks that need
+# them: this module is imported by planners and CLIs that start without torch (mtad.paper,
+# scripts/reproduce.py --help).
 if TYPE_CHECKING:
     from mtad.engine.loading import ModelSpec
 
@@ -30,7 +33,7 @@ GGUF_MAGIC = b"GGUF"
 
 def check_device(device: str) -> None:
     """``runtime.device`` names a device this torch build can use."""
-    import torch
+    import torch  # heavy: see the imports at the top
 
     kind, _, index = device.partition(":")
     if kind == "cuda":
@@ -73,13 +76,13 @@ def check_token_budget(method_params: dict[str, Any], max_new_tokens: int | None
 
 def check_weights(role: str, spec: ModelSpec) -> None:
     """The model's weights exist and their headers are intact (no weights are read)."""
-    from mtad.engine.loading import resolve_path
+    from mtad.engine.loading import resolve_path  # torch: see the imports at the top
 
     key = f"pair.{role}.path"
     if spec.loader == "local":
         _check_folder(key, Path(resolve_path(spec.path or "")))
     elif spec.loader == "smollm2_gguf":
-        from mtad.engine.smollm2 import SmolLM2Unavailable, gguf_path
+        from mtad.engine.smollm2 import SmolLM2Unavailable, gguf_path  # torch, as above
 
         try:
             path = gguf_path()
@@ -160,7 +163,7 @@ def _check_hub(key: str, repo: str) -> None:
 
 
 def _hub_cached_config(repo: str) -> Path | None:
-    try:
+    try:  # optional (a transformers dependency) and 0.1 s to import: only when the hub is offline
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
@@ -170,7 +173,7 @@ def _hub_cached_config(repo: str) -> Path | None:
 
 def vocab_size(spec: ModelSpec) -> int | None:
     """The model's output vocabulary from its config (no weights), None when unknown here."""
-    from mtad.engine.loading import resolve_path
+    from mtad.engine.loading import resolve_path  # torch: see the imports at the top
 
     if spec.loader == "tiny":
         return int((spec.tiny or {}).get("vocab_size", 320))
@@ -178,7 +181,7 @@ def vocab_size(spec: ModelSpec) -> int | None:
     if spec.loader == "local":
         folder = Path(resolve_path(spec.path or ""))
     elif spec.loader == "smollm2_gguf":
-        from mtad.engine.smollm2 import cached_dir
+        from mtad.engine.smollm2 import cached_dir  # torch, as above
 
         folder = cached_dir()  # the converted copy, when it exists
     elif spec.loader == "hub":

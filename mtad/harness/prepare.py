@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -18,6 +18,11 @@ from mtad.harness import preflight
 from mtad.harness.config import ConfigError, RunSpec, validate
 from mtad.harness.results import hardware_identity, result_dir
 from mtad.harness.signature import run_signature
+from mtad.tasks import build_task as build_task_from_options
+from mtad.tasks.base import Task
+
+if TYPE_CHECKING:
+    from mtad.engine import DecodingMethod
 
 
 @dataclass
@@ -26,8 +31,8 @@ class Prepared:
 
     spec: RunSpec
     config: dict[str, Any]  # resolved; method params with defaults filled in
-    task: Any  # mtad.tasks.base.Task
-    method: Any  # mtad.engine.DecodingMethod (holds no model)
+    task: Task
+    method: DecodingMethod  # holds no model
     signature: str
     result_dir: Path
 
@@ -36,7 +41,7 @@ def prepare(
     cfg: DictConfig,
     *,
     host_checks: bool = True,
-    task_cache: dict[str, Any] | None = None,
+    task_cache: dict[str, Task | ConfigError] | None = None,
 ) -> Prepared:
     """Validate ``cfg``, build the method and the task (its data, no model). Raises
     :class:`ConfigError`.
@@ -46,6 +51,8 @@ def prepare(
     the run executes, not here. ``task_cache`` lets a planner that prepares hundreds of runs
     build each distinct task (its data) once, failures included: a data set that is not there
     may cost a network time-out to find out."""
+    # Here, not at the top: mtad.methods imports torch, and this module is imported by CLIs
+    # that must start fast (scripts/reproduce.py --help, through mtad.paper.status).
     from mtad.methods import make_method
 
     spec = validate(cfg)
@@ -89,7 +96,7 @@ def _check_models(spec: RunSpec, uses_draft: bool) -> None:
         preflight.check_vocab(spec.target, draft)
 
 
-def _cached_task(spec: RunSpec, cache: dict[str, Any]) -> Any:
+def _cached_task(spec: RunSpec, cache: dict[str, Task | ConfigError]) -> Task:
     key = json.dumps(
         [dict(spec.cfg.task), spec.cfg.pair.chat_template],
         sort_keys=True,
@@ -105,15 +112,13 @@ def _cached_task(spec: RunSpec, cache: dict[str, Any]) -> Any:
     return cache[key]
 
 
-def build_task(spec: RunSpec) -> Any:
+def build_task(spec: RunSpec) -> Task:
     """The task of ``spec``; ``chat_template: auto`` follows the pair's ``chat_template``."""
-    from mtad.tasks import build_task as build
-
     options = dict(spec.cfg.task)
     if options.get("chat_template", "auto") == "auto":
         options["chat_template"] = spec.cfg.pair.chat_template
     try:
-        task = build(options)
+        task = build_task_from_options(options)
         samples = task.samples()  # reads the data: a missing file fails here, before any model
     except (TypeError, ValueError, OSError) as err:
         raise ConfigError.from_exception("task", err) from err

@@ -1,15 +1,34 @@
-"""What a run records: the per-sample rows (task record + decode counters), the run's
-``metrics.json`` block and the flat W&B summary. Split from :mod:`mtad.harness.runner`, which
-only orchestrates."""
+"""What a run records and writes: the per-sample rows (task record + decode counters), the
+run's ``metrics.json`` block, the flat W&B summary, and the files of its result folder (their
+format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.runner`, which only
+orchestrates."""
 
 from __future__ import annotations
 
 import math
 import time
+import traceback
 from typing import Any
 
+import torch
+from omegaconf import OmegaConf
+
+from mtad.engine import DecodeStats
 from mtad.harness.prepare import Prepared
-from mtad.harness.results import hardware_identity
+from mtad.harness.results import (
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    FAILED_FILE,
+    METRICS_FILE,
+    SAMPLES_FILE,
+    TIMINGS_FILE,
+    environment,
+    hardware_identity,
+    write_atomic,
+    write_json,
+    write_jsonl,
+)
+from mtad.tasks.samples import SampleOutput
 
 SCHEMA_VERSION = 1
 
@@ -26,9 +45,7 @@ TIMING_KEYS = (
 )
 
 
-def sample_stats(output: Any) -> dict[str, Any]:
-    from mtad.engine import DecodeStats
-
+def sample_stats(output: SampleOutput) -> dict[str, Any]:
     stats = DecodeStats.total([g.stats for g in output.generations if g.stats is not None])
     row = stats.as_dict(with_lengths=True)
     row["prompt_tokens"] = sum(len(g.prompt_ids) for g in output.generations)
@@ -36,7 +53,7 @@ def sample_stats(output: Any) -> dict[str, Any]:
     return row
 
 
-def sample_record(record: dict[str, Any], output: Any) -> dict[str, Any]:
+def sample_record(record: dict[str, Any], output: SampleOutput) -> dict[str, Any]:
     """The task's record (id, output text, its scores) plus the sample's decode counters.
 
     The task's ``new_tokens`` (tokens kept up to the stop string, what is scored) is renamed
@@ -49,17 +66,24 @@ def sample_record(record: dict[str, Any], output: Any) -> dict[str, Any]:
     return row
 
 
+def split_timings(
+    rows: list[dict[str, Any]],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``rows`` as ``samples.jsonl`` records (no clock readings) and ``timings.jsonl`` rows."""
+    records = [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+    timings = [{"id": row.get("id"), **{k: row[k] for k in TIMING_KEYS}} for row in rows]
+    return records, timings
+
+
 def run_metrics(
     prep: Prepared,
-    stats: Any,
+    stats: DecodeStats,
     task_metrics: dict[str, Any],
     energy: dict[str, Any],
     records: list[dict[str, Any]],
     overhead: dict[str, float],
 ) -> dict[str, Any]:
     rc = prep.spec.cfg
-    import torch
-
     metrics: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "study": rc.results.study,
@@ -104,11 +128,56 @@ def wandb_summary(metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# --------------------------------------------------------------------------------------------
+# the result folder
+
+
+def write_outputs(
+    prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str, Any]]
+) -> None:
+    """``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json``."""
+    folder = prep.result_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
+    write_atomic(folder / CONFIG_FILE, config_text)
+    write_jsonl(folder / SAMPLES_FILE, records)
+    write_jsonl(folder / TIMINGS_FILE, timings)
+    write_json(folder / ENVIRONMENT_FILE, environment())
+
+
+def commit(prep: Prepared, metrics: dict[str, Any]) -> None:
+    """``metrics.json``, last: its presence marks the folder complete."""
+    (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
+    write_json(prep.result_dir / METRICS_FILE, metrics)
+
+
+def write_failure(prep: Prepared, err: BaseException, owner: dict[str, Any]) -> None:
+    """``failed.json``: what failed, where and when, enough to reproduce it. Call it from the
+    ``except`` block handling ``err`` (the traceback is the one being handled)."""
+    write_json(
+        prep.result_dir / FAILED_FILE,
+        {
+            "status": "failed",
+            "signature": prep.signature,
+            "error": f"{type(err).__name__}: {err}".splitlines()[0],
+            "traceback": traceback.format_exc(),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "owner": owner,
+            "config": prep.config,
+            "environment": environment(),
+        },
+    )
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "TIMING_KEYS",
+    "commit",
     "run_metrics",
     "sample_record",
     "sample_stats",
+    "split_timings",
     "wandb_summary",
+    "write_failure",
+    "write_outputs",
 ]

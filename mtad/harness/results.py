@@ -114,6 +114,8 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 # --------------------------------------------------------------------------------------------
 # Environment
+# torch (seconds to import) is imported by the two functions that read it: this module is
+# imported by tools that never need it (mtad.harness.tables, mtad.paper, scripts/reproduce.py).
 
 
 def git_state(cwd: Path | None = None) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
 
 
 def hardware() -> dict[str, Any]:
-    import torch
+    import torch  # heavy: see above
 
     info: dict[str, Any] = {
         "platform": platform.platform(),
@@ -169,7 +171,7 @@ def hardware_identity(device: str) -> dict[str, Any]:
     """``device_kind`` (cpu / cuda / mps), ``gpu_model`` and ``gpu_count`` (the GPUs this process
     sees when the run uses them; None / 0 on the CPU) and ``cpu_model``: the keys that make two
     runs' timings comparable."""
-    import torch
+    import torch  # heavy: see above
 
     kind = str(device).split(":", 1)[0]
     gpu_model: str | None = None
@@ -198,7 +200,7 @@ def _cpu_model() -> str:
 
 def _memory_gb() -> float | None:
     try:
-        import psutil
+        import psutil  # optional: without it memory_gb is null
 
         return round(psutil.virtual_memory().total / 2**30, 1)
     except ImportError:

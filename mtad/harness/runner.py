@@ -5,19 +5,20 @@ Order matters for honest numbers and cheap failures:
 1. :func:`prepare` checks every value (method params included) and what the values need from
    this machine (device, weights, vocabularies, token budget, writable folders; see
    :mod:`mtad.harness.preflight`) before anything heavy happens; the run signature is computed
-   and a complete result folder means the run is skipped.
+   and a complete result folder means the run is skipped. Its time is ``overhead_s.validate``;
+   torch and the engine are imported with this module, before that clock starts.
 2. The run claims its result folder (:mod:`mtad.harness.claims`): a run another live process
    holds is reported as claimed and skipped.
-3. Models load, then W&B (run id from the signature, see :mod:`mtad.harness.wandb_logger`) and
-   codecarbon initialise (seconds each, recorded in ``overhead_s``), then one short untimed
-   warm-up generation.
+3. Models load (:mod:`mtad.harness.generation`), then W&B (run id from the signature, see
+   :mod:`mtad.harness.wandb_logger`) and codecarbon initialise (seconds each, recorded in
+   ``overhead_s``), then one short untimed warm-up generation.
 4. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
    is the decoder's own clock (``DecodeStats``), summed over prompts.
 5. Scoring (downstream score, perplexity by a separate target forward) happens after.
 6. ``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json`` are written
-   atomically; then W&B gets the summary and the per-sample table and finishes; then
-   ``metrics.json``, whose presence marks the folder complete (so a result folder is complete
-   only when its W&B run is too).
+   atomically (:mod:`mtad.harness.records`); then W&B gets the summary and the per-sample table
+   and finishes; then ``metrics.json``, whose presence marks the folder complete (so a result
+   folder is complete only when its W&B run is too).
 
 A run that raises after step 2 writes ``failed.json`` (traceback, config, environment, time)
 into its result folder. That folder does not count as complete, so the next run of the same
@@ -38,27 +39,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
 
+from mtad.harness import generation
+from mtad.harness.callbacks import write_pointer
 from mtad.harness.claims import ClaimHeld, claim, describe
 from mtad.harness.energy import EnergyMeter
 from mtad.harness.prepare import Prepared, prepare
-from mtad.harness.records import TIMING_KEYS, run_metrics, sample_record, wandb_summary
-from mtad.harness.results import (
-    CONFIG_FILE,
-    ENVIRONMENT_FILE,
-    FAILED_FILE,
-    METRICS_FILE,
-    SAMPLES_FILE,
-    TIMINGS_FILE,
-    environment,
-    is_complete,
-    write_atomic,
-    write_json,
-    write_jsonl,
+from mtad.harness.records import (
+    commit,
+    run_metrics,
+    sample_record,
+    split_timings,
+    wandb_summary,
+    write_failure,
+    write_outputs,
 )
+from mtad.harness.results import is_complete
+from mtad.harness.summary import print_run
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
-from mtad.tokens import eos_token_ids
+from mtad.tasks.base import score_outputs, total_stats
 
 
 @dataclass
@@ -102,7 +104,7 @@ def run(cfg: DictConfig) -> RunOutcome:
             try:
                 return _execute(prep, t0)
             except Exception as err:
-                _write_failure(prep, err, owner)
+                write_failure(prep, err, owner)
                 raise
     except ClaimHeld as held:
         note = f"claimed by {describe(held.owner)}"
@@ -110,53 +112,14 @@ def run(cfg: DictConfig) -> RunOutcome:
         return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)
 
 
-def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
-    """Close what a dying run holds without masking why it dies. A SLURM pre-emption, for one,
-    arrives as submitit's ``SystemExit`` (it requeues the job) after SLURM's SIGTERM has killed
-    W&B's service process: an error from closing W&B must not replace that ``SystemExit``, or
-    the job would be recorded as failed instead of requeued."""
-    for step in steps:
-        try:
-            params = inspect.signature(step).parameters
-            step(**{k: v for k, v in kwargs.items() if k in params})
-        except Exception as err:  # noqa: BLE001 - best effort, reported
-            print(
-                f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
-            )
-
-
-def _write_failure(prep: Prepared, err: BaseException, owner: dict[str, Any]) -> None:
-    """``failed.json``: what failed, where and when, enough to reproduce it."""
-    write_json(
-        prep.result_dir / FAILED_FILE,
-        {
-            "status": "failed",
-            "signature": prep.signature,
-            "error": f"{type(err).__name__}: {err}".splitlines()[0],
-            "traceback": traceback.format_exc(),
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "owner": owner,
-            "config": prep.config,
-            "environment": environment(),
-        },
-    )
-
-
 def _execute(prep: Prepared, t0: float) -> RunOutcome:
     rc = prep.spec.cfg
     overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
-
-    import torch
-
-    from mtad.tasks.base import score_outputs, total_stats
-
-    if rc.runtime.threads is not None:
-        torch.set_num_threads(rc.runtime.threads)
-    torch.manual_seed(rc.runtime.seed)
+    generation.configure_torch(rc.runtime)
 
     with _timer(overhead, "load_models"):
-        pair = _load_pair(prep)
-    generator = _generator(prep, pair)
+        pair = generation.load_models(prep)
+    generator = generation.text_generator(prep, pair)
 
     logger = make_logger(rc.logger)
     energy = EnergyMeter(rc.energy)
@@ -173,12 +136,12 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         energy.prepare()
         overhead["energy_init"] = energy.init_s
         with _timer(overhead, "warmup"):
-            _warmup(prep, generator)
+            generation.warmup(prep, generator)
 
-        with _progress(prep) as progress, _timer(overhead, "generate_loop"):
+        with generation.Progress(prep) as progress, _timer(overhead, "generate_loop"):
             energy.start()
             outputs = prep.task.generate(
-                generator, pair.tokenizer, **_task_kwargs(prep, pair), progress=progress
+                generator, pair.tokenizer, **generation.task_kwargs(prep, pair), progress=progress
             )
             stats = total_stats(outputs)
             energy_block = energy.stop(stats.new_tokens)
@@ -186,22 +149,19 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         with _timer(overhead, "score"):
             scored = score_outputs(prep.task, outputs, pair.target.model)
         rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
-        records = [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
-        timings = [{"id": row.get("id"), **{k: row[k] for k in TIMING_KEYS}} for row in rows]
+        records, timings = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
         metrics["wandb"] = logger.info()
-        _write(prep, records, timings)
+        write_outputs(prep, records, timings)
         logger.log_result(wandb_summary(metrics), rows)
         logger.finish()
         # Last: the folder counts as complete only once W&B has the run too, so a failure or a
         # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
-        _commit(prep, metrics)
+        commit(prep, metrics)
     except BaseException:
         _cleanup(energy.close, logger.finish, exit_code=1)
         raise
-    from mtad.harness.summary import print_run
-
     print_run(metrics, f"{prep.signature} -> {prep.result_dir}")
     return RunOutcome("done", prep.signature, prep.result_dir, metrics)
 
@@ -217,11 +177,6 @@ def run_from_hydra(cfg: DictConfig) -> RunOutcome:
     any started, so a :class:`ConfigError` inside a sweep job (a sweeper other than the basic
     one, or the machine changed meanwhile) is that job's failure.
     """
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    from mtad.harness.callbacks import write_pointer
-
     hydra_cfg = HydraConfig.get()
     output_dir = hydra_cfg.runtime.output_dir
     try:
@@ -234,7 +189,7 @@ def run_from_hydra(cfg: DictConfig) -> RunOutcome:
             f"error: job {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr
         )
         outcome = _failed_outcome(cfg, err)
-        _release_memory()
+        generation.release_memory()
     pointer = outcome.pointer()
     pointer["job"] = hydra_cfg.job.get("num")
     pointer["overrides"] = list(hydra_cfg.overrides.task)
@@ -252,21 +207,23 @@ def _failed_outcome(cfg: DictConfig, err: BaseException) -> RunOutcome:
     return RunOutcome("failed", signature, folder, note=note)
 
 
-def _release_memory() -> None:
-    """The failed run's models die with its frames; give their memory back before the next job
-    of an in-process (basic launcher) sweep loads its own."""
-    import gc
-
-    gc.collect()
-    if "torch" in sys.modules:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
 # --------------------------------------------------------------------------------------------
 # pieces
+
+
+def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
+    """Close what a dying run holds without masking why it dies. A SLURM pre-emption, for one,
+    arrives as submitit's ``SystemExit`` (it requeues the job) after SLURM's SIGTERM has killed
+    W&B's service process: an error from closing W&B must not replace that ``SystemExit``, or
+    the job would be recorded as failed instead of requeued."""
+    for step in steps:
+        try:
+            params = inspect.signature(step).parameters
+            step(**{k: v for k, v in kwargs.items() if k in params})
+        except Exception as err:  # noqa: BLE001 - best effort, reported
+            print(
+                f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
+            )
 
 
 @contextmanager
@@ -274,93 +231,6 @@ def _timer(into: dict[str, float], key: str) -> Iterator[None]:
     start = time.perf_counter()
     yield
     into[key] = time.perf_counter() - start
-
-
-def _load_pair(prep: Prepared) -> Any:
-    """Target, and the draft only when the method uses one."""
-    from mtad.engine.loading import load_pair
-
-    draft = prep.spec.draft if prep.method.uses_draft else None
-    rt = prep.spec.cfg.runtime
-    return load_pair(prep.spec.target, draft, rt.device, rt.head)
-
-
-def _generator(prep: Prepared, pair: Any) -> Any:
-    from mtad.engine import Decoder
-    from mtad.tasks.generator import TextGenerator
-
-    seed = prep.spec.cfg.runtime.seed
-    decoder = Decoder(
-        prep.method,
-        pair.target,
-        pair.draft,
-        eos_token_ids=eos_token_ids(pair.tokenizer, pair.target.model),
-        seed=seed,
-    )
-    return TextGenerator(decoder, pair.tokenizer, seed=seed)
-
-
-def _warmup(prep: Prepared, generator: Any) -> None:
-    """One short generation on the first prompt: lazy initialisation out of the timed loop."""
-    n = prep.spec.cfg.runtime.warmup_tokens
-    samples = prep.task.samples()
-    if n <= 0 or not samples:
-        return
-    prompt, special = prep.task.build_prompt(samples[0], generator.tokenizer)
-    generator(prompt, max_new_tokens=n, add_special_tokens=special, key="warmup")
-
-
-class _progress:
-    """A tqdm bar over prompts fed by the task's ``progress(done, total)`` callback."""
-
-    def __init__(self, prep: Prepared) -> None:
-        self.prep = prep
-        self.bar: Any = None
-        self.done = 0
-
-    def __enter__(self) -> Callable[[int, int], None]:
-        from tqdm.auto import tqdm
-
-        spec = self.prep.spec
-        self.bar = tqdm(
-            total=len(self.prep.task.samples()),
-            desc=f"{spec.method_name} {spec.cfg.pair.name} {spec.task_name}",
-            unit="prompt",
-            disable=None if spec.cfg.runtime.progress else True,  # None: off when not a TTY
-            leave=False,
-            dynamic_ncols=True,
-        )
-        return self.update
-
-    def update(self, done: int, total: int) -> None:
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.close()
-
-
-def _task_kwargs(prep: Prepared, pair: Any) -> dict[str, Any]:
-    """``target_model`` for tasks whose ``generate`` also scores log-likelihoods (lm_eval)."""
-    import inspect
-
-    params = inspect.signature(prep.task.generate).parameters
-    return {"target_model": pair.target.model} if "target_model" in params else {}
-
-
-def _write(prep: Prepared, records: list[dict[str, Any]], timings: list[dict[str, Any]]) -> None:
-    folder = prep.result_dir
-    folder.mkdir(parents=True, exist_ok=True)
-    config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
-    write_atomic(folder / CONFIG_FILE, config_text)
-    write_jsonl(folder / SAMPLES_FILE, records)
-    write_jsonl(folder / TIMINGS_FILE, timings)
-    write_json(folder / ENVIRONMENT_FILE, environment())
-
-
-def _commit(prep: Prepared, metrics: dict[str, Any]) -> None:
-    (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
-    write_json(prep.result_dir / METRICS_FILE, metrics)  # its presence marks the folder complete
 
 
 __all__ = ["Prepared", "RunOutcome", "prepare", "run", "run_from_hydra"]

@@ -6,7 +6,7 @@ seed, warm-up) is hashed. Two runs with one signature are the same experiment, s
 skips folders that are already complete.
 
 The hardware that changes results is hashed through the ``hardware`` block the runner adds
-(:func:`mtad.harness.runner.prepare`: device kind and GPU model, from
+(:func:`mtad.harness.prepare.prepare`: device kind and GPU model, from
 :func:`mtad.harness.results.hardware_identity`), so a CPU study re-run on a GPU is a new run.
 The device *string* (``cuda:0`` vs ``cuda:1``) and the thread count stay out: they do not change
 what is computed (threads are recorded in ``metrics.json``).

@@ -21,9 +21,12 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mtad.harness.config import LoggerConfig
+
+if TYPE_CHECKING:
+    from wandb.sdk.wandb_run import Run
 
 OFFLINE_RUN = re.compile(r"^offline-run-\d{8}_\d{6}-(?P<id>[A-Za-z0-9]+)(-\d+)?$")
 
@@ -82,7 +85,7 @@ class NullLogger:
 class WandbLogger(NullLogger):
     def __init__(self, cfg: LoggerConfig) -> None:
         self.cfg = cfg
-        self.run: Any = None
+        self.run: Run | None = None
 
     def start(
         self,
@@ -94,7 +97,7 @@ class WandbLogger(NullLogger):
         run_id: str | None = None,
     ) -> None:
         t0 = time.perf_counter()
-        import wandb
+        import wandb  # here, timed (init_s): logger=none runs never import it (module docstring)
 
         Path(self.cfg.dir).mkdir(parents=True, exist_ok=True)
         if run_id is not None and self.cfg.mode == "offline":
@@ -127,7 +130,7 @@ class WandbLogger(NullLogger):
     def log_result(self, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         if self.run is None:
             return
-        import wandb
+        import wandb  # imported by start() already; here for wandb.Table
 
         self.run.summary.update(summary)
         if self.cfg.log_samples and samples:

@@ -1,7 +1,7 @@
 """Where each planned run stands: done, failed, not run (and why) or missing.
 
 A planned run is composed exactly as ``run.py`` would compose it and passed through the harness's
-own :func:`mtad.harness.runner.prepare` (validation, task data, signature; no model loads), so
+own :func:`mtad.harness.prepare.prepare` (validation, task data, signature; no model loads), so
 the signature found here is the one the run writes. Task data that is not there (Spider without
 ``task.data_dir``) or a task the profile does not run becomes "not run" with the reason; any
 other bad value is a real error and stops everything before a run starts.
@@ -9,6 +9,7 @@ other bad value is a real error and stops everything before a run starts.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,13 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hydra
 import yaml
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.prepare import prepare
 from mtad.harness.results import METRICS_FILE, is_complete
-from mtad.harness.runner import prepare
 from mtad.harness.signature import config_hash
 from mtad.paper.expansion import PlannedRun
 from mtad.paper.recipes import REPO, RecipeError
@@ -34,7 +39,7 @@ FAILED_FILE = "failed.json"
 # are not checked when planning (they are the job host's business: a login node without GPUs
 # plans GPU runs); a planning host without the configured device is noted once instead.
 UNAVAILABLE_KEYS = ("task",)
-# The part of a run's identity that only the host running it knows (mtad.harness.runner
+# The part of a run's identity that only the host running it knows (mtad.harness.prepare
 # hashes it into the signature): a planner matches finished runs without it.
 HOST_KEYS = (("hardware", "gpu_model"),)
 
@@ -61,8 +66,6 @@ class RunStatus:
         return json.loads((self.result_dir / METRICS_FILE).read_text())
 
     def config(self) -> dict[str, Any]:
-        import yaml
-
         assert self.result_dir is not None
         return yaml.safe_load((self.result_dir / "config.yaml").read_text())
 
@@ -78,14 +81,11 @@ class RunStatus:
 @contextmanager
 def hydra_composer(conf_dir: Path = CONF) -> Iterator[Composer]:
     """Compose configs as ``run.py`` does, outside a running Hydra app."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
     register_configs()
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-        yield CachedComposer(lambda overrides: compose("config", overrides=list(overrides)))
+    with hydra.initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        yield CachedComposer(lambda overrides: hydra.compose("config", overrides=list(overrides)))
 
 
 class CachedComposer:
@@ -105,11 +105,6 @@ class CachedComposer:
         return "/" in key or (self.conf_dir / key).is_dir()
 
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
-        import copy
-
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         groups = tuple(o.input_line for o in parsed if self._is_group(o))
         values = [o for o in parsed if not self._is_group(o)]

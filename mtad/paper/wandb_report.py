@@ -7,6 +7,7 @@ import copy
 import hashlib
 import json
 import os
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,8 @@ from mtad.paper.wandb_run import (
     flat_frame,
 )
 
+# wandb_workspaces (0.7 s to import) is imported by the functions that build or read a report:
+# scripts/reproduce.py imports this module at start, and rendering tables never needs it.
 if TYPE_CHECKING:
     import wandb_workspaces.reports.v2 as wr
 
@@ -53,7 +56,7 @@ def build_report(
     kept as ``""``: W&B's own default would ask the server). Panel and run-set ids are derived
     from the study so that re-rendering writes the same definition.
     """
-    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
     from wandb_workspaces import expr
 
     study, profile = rendered.study, rendered.profile
@@ -182,7 +185,7 @@ def build_report(
 def _fix_ids(report: wr.Report, seed: str) -> None:
     """Replace the random panel and run-set ids (``internal._generate_name``) by ones derived
     from ``seed`` and the position, so that the definition file is stable across renders."""
-    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
 
     for b, block in enumerate(report.blocks):
         if not isinstance(block, wr.PanelGrid):
@@ -215,7 +218,7 @@ def report_definition(report: wr.Report) -> dict[str, Any]:
     intended entity and project beside the model (``runsets``), and publishing rebuilds the
     report with them set.
     """
-    import wandb_workspaces
+    import wandb_workspaces  # see the imports at the top
     import wandb_workspaces.reports.v2 as wr
 
     offline = copy.deepcopy(report)
@@ -245,15 +248,13 @@ def report_definition(report: wr.Report) -> dict[str, Any]:
 
 
 def _dist_version() -> str:
-    from importlib.metadata import version
-
     return version("wandb-workspaces")
 
 
 def load_report_definition(path: str | os.PathLike[str]) -> wr.Report:
     """The ``wr.Report`` of a definition file written by :func:`write_report` (run-set
     entities and projects restored); no network call."""
-    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
     from wandb_workspaces.reports.v2 import internal
 
     data = json.loads(Path(path).read_text())

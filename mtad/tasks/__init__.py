@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from omegaconf import DictConfig, OmegaConf
+
 from mtad.tasks.base import Task, score_outputs, total_stats
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
@@ -51,13 +53,8 @@ def _options(cls: type[Task]) -> set[str]:
 
 def build_task(cfg: Mapping[str, Any]) -> Task:
     """The task a ``task`` config describes; unknown keys raise ``ValueError`` naming them."""
-    try:  # Hydra / OmegaConf configs become plain containers
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(cfg, DictConfig):  # Hydra / OmegaConf configs become plain containers
+        cfg = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     options = dict(cfg)
     name = options.pop("name", None)
     if not name:

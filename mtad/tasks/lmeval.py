@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import lm_eval
 import yaml
+from lm_eval.tasks import TaskManager
 
 from mtad.tasks.base import DATA_DIR, Task, resolve_data_path
 from mtad.tasks.lmeval_model import MTADLM
@@ -171,8 +173,6 @@ class LMEvalTask(Task):
         once. lm-eval's own task folders are indexed only when a requested name is not local:
         indexing them takes tens of seconds."""
         if self._task_manager is None:
-            from lm_eval.tasks import TaskManager
-
             self._tmp = tempfile.TemporaryDirectory(prefix="mtad-lm-eval-")
             paths = [
                 str(materialize_local_tasks(p, Path(self._tmp.name))) for p in self.include_paths
@@ -202,8 +202,6 @@ class LMEvalTask(Task):
         progress: Any = None,
         target_model: PreTrainedModel | None = None,
     ) -> list[SampleOutput]:
-        import lm_eval
-
         lm = MTADLM(generator, target_model, max_gen_toks=self.max_new_tokens)
         chat = self.use_chat(tokenizer if tokenizer is not None else generator.tokenizer)
         subset = self._subset()

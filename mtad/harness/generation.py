@@ -1,0 +1,114 @@
+"""The model side of one run: torch settings, the loaded pair, the text generator around the
+engine's ``Decoder``, the untimed warm-up and the progress bar over prompts.
+
+Split from :mod:`mtad.harness.runner`, which orders these steps (and times them); this module
+imports torch and the engine, so planners that only prepare runs (:mod:`mtad.harness.prepare`)
+never import it.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from mtad.engine import Decoder, LoadedPair, loading
+from mtad.harness.config import RuntimeConfig
+from mtad.harness.prepare import Prepared
+from mtad.tasks.generator import TextGenerator
+from mtad.tokens import eos_token_ids
+
+
+def configure_torch(runtime: RuntimeConfig) -> None:
+    """Intra-op threads (``runtime.threads``; null keeps torch's default) and the seed."""
+    if runtime.threads is not None:
+        torch.set_num_threads(runtime.threads)
+    torch.manual_seed(runtime.seed)
+
+
+def load_models(prep: Prepared) -> LoadedPair:
+    """Target, and the draft only when the method uses one."""
+    draft = prep.spec.draft if prep.method.uses_draft else None
+    rt = prep.spec.cfg.runtime
+    # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
+    return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
+
+
+def text_generator(prep: Prepared, pair: LoadedPair) -> TextGenerator:
+    """The method's ``Decoder`` over the pair, behind a prompt-in, text-out generator."""
+    seed = prep.spec.cfg.runtime.seed
+    decoder = Decoder(
+        prep.method,
+        pair.target,
+        pair.draft,
+        eos_token_ids=eos_token_ids(pair.tokenizer, pair.target.model),
+        seed=seed,
+    )
+    return TextGenerator(decoder, pair.tokenizer, seed=seed)
+
+
+def warmup(prep: Prepared, generator: TextGenerator) -> None:
+    """One short generation on the first prompt: lazy initialisation out of the timed loop."""
+    n = prep.spec.cfg.runtime.warmup_tokens
+    samples = prep.task.samples()
+    if n <= 0 or not samples:
+        return
+    prompt, special = prep.task.build_prompt(samples[0], generator.tokenizer)
+    generator(prompt, max_new_tokens=n, add_special_tokens=special, key="warmup")
+
+
+def task_kwargs(prep: Prepared, pair: LoadedPair) -> dict[str, Any]:
+    """``target_model`` for tasks whose ``generate`` also scores log-likelihoods (lm_eval)."""
+    params = inspect.signature(prep.task.generate).parameters
+    return {"target_model": pair.target.model} if "target_model" in params else {}
+
+
+class Progress:
+    """A tqdm bar over prompts fed by the task's ``progress(done, total)`` callback."""
+
+    def __init__(self, prep: Prepared) -> None:
+        self.prep = prep
+        self.bar: tqdm | None = None
+        self.done = 0
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        spec = self.prep.spec
+        self.bar = tqdm(
+            total=len(self.prep.task.samples()),
+            desc=f"{spec.method_name} {spec.cfg.pair.name} {spec.task_name}",
+            unit="prompt",
+            disable=None if spec.cfg.runtime.progress else True,  # None: off when not a TTY
+            leave=False,
+            dynamic_ncols=True,
+        )
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.close()
+
+
+def release_memory() -> None:
+    """The failed run's models die with its frames; give their memory back before the next job
+    of an in-process (basic launcher) sweep loads its own."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+__all__ = [
+    "Progress",
+    "configure_torch",
+    "load_models",
+    "release_memory",
+    "task_kwargs",
+    "text_generator",
+    "warmup",
+]
