@@ -4,9 +4,14 @@ Small pure functions in the spirit of gpt-fast's ``logits_to_probs`` / ``sample`
 (pytorch-labs/gpt-fast, ``generate.py``): every method warps the target and the draft the same
 way, and sampling never forces a host sync.
 
+Methods hold every warped distribution as one type, :class:`Candidates` (from
+:func:`warp_candidates`): sparse top-k candidates on the CPU, vocabulary-wide rows elsewhere, the
+same interface either way. :func:`warp_logprobs` and the ``sample_*`` functions below are its
+building blocks (and what distillation and the tests compare against).
+
 Conventions
 -----------
-* Warped distributions are returned as **log-probabilities** with ``-inf`` outside the support
+* Warped distributions are **log-probabilities** with ``-inf`` outside the support
   left by top-k / top-p, so that ratios and joint scores are sums and zero-probability tokens are
   recognisable exactly (``isinf``), never confused with small probabilities.
 * ``temperature == 0`` means greedy. Greedy choices are argmax / top-B; the *scores* used by
