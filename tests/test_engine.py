@@ -9,10 +9,11 @@ import pytest
 import torch
 from tracing import traced, untraced
 
+import mtad.engine.warping as warping
 from mtad.engine import Decoder
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model, build_tiny_pair
-from mtad.engine.warping import WarpConfig, warp_logprobs
+from mtad.engine.warping import WarpConfig, warp_candidates, warp_logprobs
 from mtad.methods import build_method
 from mtad.methods import sps as sps_module
 from mtad.methods.sps import SpeculativeSampling
@@ -149,6 +150,24 @@ def test_specinfer_reproduces_target_distribution(stat_pair):
     broken_stat, critical_b = run(BROKEN_RUNS, broken=True)
     print(f"specinfer chi2 {stat:.1f} < {critical:.1f}; broken walk chi2 {broken_stat:.1f}")
     assert broken_stat > critical_b
+
+
+@pytest.mark.parametrize("name", ["sps", "specinfer"])
+def test_exact_methods_reproduce_the_target_on_dense_rows(name, stat_pair, monkeypatch):
+    """The same chi-square test with the CPU's sparse candidates switched off: the
+    vocabulary-wide layout of the distribution type (what GPUs take) is exact too."""
+    monkeypatch.setattr(warping, "top_k_top_p_candidates", lambda *a: None)
+    warp = WarpConfig(1.0, 6, 0.95)
+    assert warp_candidates(torch.randn(VOCAB), warp).dense
+    target, draft = stat_pair
+    exact = exact_two_token_dist(target, [3, 1, 4], warp)
+    params = {"gamma": 2} if name == "sps" else {"branching": [2, 2]}
+    method = build_method(name, top_k=6, top_p=0.95, **params)
+    decoder = Decoder(method, ModelRunner(target), ModelRunner(draft))
+    stat, df = chi2_statistic(sample_two_tokens(decoder, VOCAB, RUNS), exact, RUNS)
+    critical = chi2_critical(df, ALPHA)
+    print(f"{name} on dense rows chi2 {stat:.1f} < {critical:.1f}")
+    assert stat < critical
 
 
 # ---------------------------------------------------------------- 2. greedy SpS == greedy AR
