@@ -135,3 +135,22 @@ def test_draw_is_iid_from_the_distribution(dense):
     assert abs(float(same) - float((p**2).sum())) < 4 * (float((p**2).sum()) / n) ** 0.5
     greedy = c.draw(k, None, greedy=True)
     assert greedy.tolist() == torch.topk(p, k).indices.tolist()
+
+
+def test_greedy_tree_wider_than_the_candidate_window(tiny_llama):
+    """Greedy SpecInfer whose first level has more children than sparse candidates exist
+    (top-k 10 keeps 26) still builds its full tree and equals greedy AR."""
+    c = warp_candidates(torch.randn(300), WarpConfig(0.0, 10, 0.9))
+    assert not c.dense and c.logp.shape[-1] < 30
+    picks = c.draw(30, None, greedy=True)
+    live = int(torch.isfinite(c.logp).sum())  # the most likely first, as the candidates are
+    assert picks.shape == (30,) and picks[:live].tolist() == c.tokens[:live].tolist()
+    target, draft = tiny_llama
+
+    def run(name: str, **params) -> list[int]:
+        method = build_method(name, temperature=0.0, **params)
+        return (
+            Decoder(method, ModelRunner(target), ModelRunner(draft)).generate([3, 30], 12).token_ids
+        )
+
+    assert run("specinfer", branching=[30, 2]) == run("ar")

@@ -211,8 +211,11 @@ class Candidates:
 
         When fewer than ``k`` tokens have non-zero probability, greedy picks include
         zero-probability tokens; their ``logp_of`` is ``-inf``, so no verifier accepts them.
+        A row narrower than ``k`` (greedy only) repeats its last pick: callers get ``k``.
         """
         j, _ = sample_with_replacement(self.logp, k, generator, greedy)
+        if j.shape[-1] < k:
+            j = torch.cat([j, j[..., -1:].expand(*j.shape[:-1], k - j.shape[-1])], dim=-1)
         return self.tokens.gather(-1, j)
 
 
