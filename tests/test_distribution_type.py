@@ -7,10 +7,10 @@ MMTAD node for the same random draws, and draws from the same distribution (chi-
 
 from __future__ import annotations
 
-from statistics import NormalDist
-
 import pytest
 import torch
+from method_params import METHOD_PARAMS
+from stats import chi2_critical
 
 import mtad.engine.warping as warping
 from mtad.engine import Decoder, WarpConfig, warp_candidates
@@ -28,29 +28,13 @@ def as_dense(c: Candidates, vocab: int) -> Candidates:
     return Candidates.from_logprobs(c.to_dense(vocab))
 
 
-def chi2_critical(df: int) -> float:
-    """Upper ``ALPHA`` quantile of chi-square(df), Wilson-Hilferty approximation."""
-    z = NormalDist().inv_cdf(1 - ALPHA)
-    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
-
-
-PARAMS = {
-    "specinfer": {"branching": [3, 2, 1]},
-    "bild": {"fallback_threshold": 0.015, "rollback_threshold": 4.0, "max_draft": 4},
-    "mmtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-    "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-    "mtjd": {"gamma": 3, "beam_width": 3},
-    "sps": {"gamma": 3},
-}
-
-
 @pytest.mark.parametrize("name", sorted(METHODS))
 def test_greedy_outputs_equal_on_sparse_and_dense_candidates(name, tiny_llama, monkeypatch):
     """Every method, greedy, gives the same tokens whether warping keeps sparse candidates
     (the CPU fast path) or whole-vocabulary rows (the path GPUs take)."""
 
     def run() -> list[int]:
-        method = build_method(name, temperature=0.0, top_k=6, top_p=0.9, **PARAMS.get(name, {}))
+        method = build_method(name, temperature=0.0, top_k=6, top_p=0.9, **METHOD_PARAMS[name])
         dec = Decoder(method, ModelRunner(tiny_llama[0]), ModelRunner(tiny_llama[1]))
         return dec.generate([3, 30, 60, 90], 24).token_ids
 
@@ -129,7 +113,7 @@ def test_draw_is_iid_from_the_distribution(dense):
         assert counts[~live].sum() == 0
         expected = p[live].double() * n
         stat = float(((counts[live] - expected) ** 2 / expected).sum())
-        assert stat < chi2_critical(int(live.sum()) - 1), (col, stat)
+        assert stat < chi2_critical(int(live.sum()) - 1, ALPHA), (col, stat)
     # independence across columns: the same token twice as often as sum(p^2) says
     same = (draws[:, 0] == draws[:, 1]).double().mean()
     assert abs(float(same) - float((p**2).sum())) < 4 * (float((p**2).sum()) / n) ** 0.5

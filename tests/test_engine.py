@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from statistics import NormalDist
 
 import pytest
 import torch
+from method_params import METHOD_PARAMS
+from stats import chi2_critical
 from tracing import traced, untraced
 
 import mtad.engine.warping as warping
@@ -18,15 +19,7 @@ from mtad.methods import build_method
 from mtad.methods import sps as sps_module
 from mtad.methods.sps import SpeculativeSampling
 
-ALL_METHODS = {
-    "ar": {},
-    "sps": {"gamma": 3},
-    "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-    "mtjd": {"gamma": 3, "beam_width": 3},
-    "specinfer": {"branching": [3, 2, 1]},
-    "bild": {"fallback_threshold": 0.015, "rollback_threshold": 4.0, "max_draft": 4},
-    "mmtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-}
+ALL_METHODS = METHOD_PARAMS
 
 
 def make_decoder(pair, name: str, seed: int = 0, eos=(), head="auto", **overrides) -> Decoder:
@@ -42,12 +35,6 @@ def make_decoder(pair, name: str, seed: int = 0, eos=(), head="auto", **override
 
 
 # ---------------------------------------------------------------- 1. SpS is exact
-
-
-def chi2_critical(df: int, alpha: float) -> float:
-    """Upper ``alpha`` quantile of chi-square(df), Wilson-Hilferty approximation."""
-    z = NormalDist().inv_cdf(1 - alpha)
-    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
 
 
 def exact_two_token_dist(model, prompt: list[int], warp: WarpConfig) -> torch.Tensor:

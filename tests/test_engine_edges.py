@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from method_params import METHOD_PARAMS
 from tracing import traced
 from transformers import MistralConfig, MistralForCausalLM
 
@@ -15,16 +16,8 @@ from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
 
-TREE_METHODS = {
-    "specinfer": {"branching": [3, 2, 1]},
-    "mmtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-}
-DRAFT_METHODS = {
-    "sps": {"gamma": 3},
-    "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
-    "bild": {"fallback_threshold": 0.015, "rollback_threshold": 4.0, "max_draft": 4},
-    **TREE_METHODS,
-}
+TREE_METHODS = {name: METHOD_PARAMS[name] for name in ("specinfer", "mmtad")}
+DRAFT_METHODS = {name: METHOD_PARAMS[name] for name in ("sps", "mtad", "bild")} | TREE_METHODS
 
 
 def pair_with_attention(family: str, impl: str):
