@@ -95,6 +95,10 @@ def parse_args(argv=None):
     # drafts and optimisation
     ap.add_argument("--drafts", nargs="+", default=None, type=DraftSpec.parse,
                     help="draft specs, e.g. L4:layers=4 L2:layers=2,tv_weight=0 (default: L4)")
+    ap.add_argument("--teacher-topk", type=int, default=64,
+                    help="store the target's top-k log-probs while it generates and train on "
+                         "them (top-k KL, no second target forward); 0 = full-vocabulary KL "
+                         "with the target run again at every step")
     ap.add_argument("--init-embed", choices=["pca", "random"], default="pca")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)

@@ -29,9 +29,22 @@ def encode_item(tok, item) -> list[int]:
 
 
 @torch.no_grad()
-def generate(target, tok, prompts: list[list[int]], max_new: int, greedy: bool, device: str,
-             generator_seed: int) -> list[list[int]]:
-    """Target continuations (cut after the first EOS, EOS kept) of left-padded prompts."""
+def generate(
+    target,
+    tok,
+    prompts: list[list[int]],
+    max_new: int,
+    greedy: bool,
+    device: str,
+    generator_seed: int,
+    teacher_topk: int = 0,
+):
+    """Target continuations (cut after the first EOS, EOS kept) of left-padded prompts.
+
+    With ``teacher_topk`` > 0 returns ``(continuations, teacher)`` where ``teacher[i]`` holds,
+    for every token of continuation ``i``, the target's ``teacher_topk`` most likely next tokens
+    and their raw (temperature 1) log-probabilities, read off the logits the generation computed
+    anyway: training on them needs no second target forward (see :func:`topk_of_logits`)."""
     from transformers import GenerationConfig
 
     pad = tok.pad_token_id
@@ -40,23 +53,66 @@ def generate(target, tok, prompts: list[list[int]], max_new: int, greedy: bool, 
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     w = O.AUTHORS_WARP
-    gc = GenerationConfig(max_new_tokens=max_new, do_sample=not greedy, pad_token_id=pad,
-                          eos_token_id=eos, bos_token_id=tok.bos_token_id)
+    gc = GenerationConfig(
+        max_new_tokens=max_new,
+        do_sample=not greedy,
+        pad_token_id=pad,
+        eos_token_id=eos,
+        bos_token_id=tok.bos_token_id,
+    )
     if not greedy:
         gc.temperature, gc.top_k, gc.top_p = w.temperature, w.top_k, w.top_p
     torch.manual_seed(generator_seed)
-    out = target.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                          generation_config=gc)
-    out = out[:, width:].cpu().tolist()
+    if teacher_topk:
+        gc.return_dict_in_generate, gc.output_logits = True, True
+    out = target.generate(
+        input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gc
+    )
+    seqs = out.sequences if teacher_topk else out
+    rows = seqs[:, width:].cpu().tolist()
     res = []
-    for row in out:
+    for row in rows:
         if eos in row:
             row = row[: row.index(eos) + 1]
         res.append(row)
-    return res
+    if not teacher_topk:
+        return res
+    # logits[j] is the distribution of new token j: (steps, batch, K) -> per row
+    top = [topk_of_logits(lg, teacher_topk) for lg in out.logits]
+    ids_k = torch.stack([t[0] for t in top], 1)
+    logp_k = torch.stack([t[1] for t in top], 1)
+    teacher = [(ids_k[i, : len(r)].numpy(), logp_k[i, : len(r)].numpy()) for i, r in enumerate(res)]
+    return res, teacher
+
+
+def topk_of_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely tokens of each row and their log-probabilities, compactly: ids as
+    int32 (uint16 does not index), log-probabilities as float16; sorted, most likely first."""
+    logp = torch.log_softmax(logits.float(), -1)
+    vals, idx = torch.topk(logp, min(k, logp.shape[-1]), dim=-1)
+    return idx.to(torch.int32).cpu(), vals.to(torch.float16).cpu()
+
+
+@torch.no_grad()
+def fill_teacher(buf: Buffer, target, k: int, device: str, micro_tokens: int, log=None) -> int:
+    """Teacher top-k for every buffered sequence that has none (data loaded as bare ids, e.g.
+    on another machine from the committed ``data.npz``): one teacher-forced target forward over
+    each sequence; returns the number of sequences filled."""
+    todo = [i for i, t in enumerate(buf.teach) if t is None]
+    pad = target.config.pad_token_id or 0
+    for rows in make_batches(buf, todo, micro_tokens):
+        x, w = collate(buf, rows, pad, 0.0, device)
+        logits = target(input_ids=x).logits
+        for r, i in enumerate(rows):
+            n = len(buf.seqs[i]) - buf.plens[i]
+            ids_k, logp_k = topk_of_logits(logits[r, buf.plens[i] - 1 : buf.plens[i] - 1 + n], k)
+            buf.teach[i] = (ids_k.numpy(), logp_k.numpy())
+    if log and todo:
+        log(f"teacher top-{k} computed for {len(todo)} loaded sequences")
+    return len(todo)
 
 
 @dataclass
@@ -66,13 +122,17 @@ class Buffer:
     kinds: list = field(default_factory=list)
     gen_tokens: int = 0
     gen_tokens_greedy: int = 0
+    # per sequence: None or (ids [n, K], log-probs [n, K]) of the target at its n response
+    # positions (see generate(teacher_topk=...)); never written to data.npz (ids only)
+    teach: list = field(default_factory=list)
 
-    def add(self, prompt, resp, kind, greedy):
+    def add(self, prompt, resp, kind, greedy, teach=None):
         if not resp:
             return
         self.seqs.append(prompt + resp)
         self.plens.append(len(prompt))
         self.kinds.append(kind)
+        self.teach.append(teach)
         self.gen_tokens += len(resp)
         if greedy:
             self.gen_tokens_greedy += len(resp)
@@ -113,9 +173,15 @@ def save_data(buf: Buffer, path: Path, transport_dir: str | None, chunk_mib: flo
     lens = np.array([len(x) for x in buf.seqs], dtype=np.int32)
     toks = np.fromiter((t for x in buf.seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, tokens=toks, lens=lens, plens=np.array(buf.plens, dtype=np.int32),
-             kinds=np.array(buf.kinds), gen_tokens=buf.gen_tokens,
-             gen_tokens_greedy=buf.gen_tokens_greedy)
+    np.savez(
+        tmp,
+        tokens=toks,
+        lens=lens,
+        plens=np.array(buf.plens, dtype=np.int32),
+        kinds=np.array(buf.kinds),
+        gen_tokens=buf.gen_tokens,
+        gen_tokens_greedy=buf.gen_tokens_greedy,
+    )
     os.replace(tmp, path)
     if transport_dir:
         write_parts(path.read_bytes(), Path(transport_dir), "data.npz", chunk_mib)
@@ -138,6 +204,7 @@ def load_data(path: str, buf: Buffer) -> None:
         buf.seqs.append(toks[off : off + n].tolist())
         buf.plens.append(int(p))
         buf.kinds.append(str(k))
+        buf.teach.append(None)
         off += n
     buf.gen_tokens += int(z["gen_tokens"])
     buf.gen_tokens_greedy += int(z["gen_tokens_greedy"])

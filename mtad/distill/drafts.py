@@ -41,6 +41,12 @@ def load_target(args):
         from mtad.engine.smollm2 import load_smollm2_target
 
         model, tok = load_smollm2_target(dtype=dtype, device=args.device)
+    elif args.target == "tiny":  # the tiny pair's random target and byte tokenizer (tests)
+        from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
+
+        tok = build_tiny_tokenizer()
+        model = build_tiny_model("llama", "target", vocab_size=320, seed=0)
+        model = model.to(dtype).to(args.device).eval()
     elif args.target.startswith("tiny-random:"):
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 

@@ -22,7 +22,14 @@ from tqdm import tqdm
 
 from mtad.distill import objectives as O
 from mtad.distill import report
-from mtad.distill.data import Buffer, encode_item, generate, load_data, save_data
+from mtad.distill.data import (
+    Buffer,
+    encode_item,
+    fill_teacher,
+    generate,
+    load_data,
+    save_data,
+)
 from mtad.distill.drafts import DraftSpec, build_draft, build_optimisers, init_from, load_target
 from mtad.distill.evaluate import build_eval_sets, evaluate
 from mtad.distill.prompts import FOLLOW_UPS, prepare_pool
@@ -74,6 +81,9 @@ class Distillation:
                 load_data(f, self.buf)
                 log(f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
                     f"{self.buf.gen_tokens} tokens")
+            if args.teacher_topk:
+                fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
+                             args.micro_tokens, log)
 
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()
@@ -184,8 +194,10 @@ class Distillation:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         tg = time.perf_counter()
         try:
-            resps = generate(self.target, tok, [prompts[i] for i in order], args.gen_max_new,
-                             greedy, args.device, args.seed * 1_000_003 + self.gen_batches)
+            out = generate(self.target, tok, [prompts[i] for i in order], args.gen_max_new,
+                           greedy, args.device, args.seed * 1_000_003 + self.gen_batches,
+                           teacher_topk=args.teacher_topk)
+            resps, teach = out if args.teacher_topk else (out, [None] * len(out))
         except torch.OutOfMemoryError:
             args.gen_batch_size = max(8, args.gen_batch_size // 2)
             self.cursor -= len(batch_items)
@@ -195,7 +207,7 @@ class Distillation:
         new = 0
         for j, i in enumerate(order):
             r = resps[j]
-            self.buf.add(prompts[i], r, batch_items[i]["kind"], greedy)
+            self.buf.add(prompts[i], r, batch_items[i]["kind"], greedy, teach[j])
             new += len(r)
             it = batch_items[i]
             if ("messages" in it and it["kind"] != "followup"

@@ -39,6 +39,31 @@ def forward_kl(
     return target_negentropy - (p * d_logp).sum(-1)
 
 
+def topk_kl(t_ids: torch.Tensor, t_logp: torch.Tensor, draft_logits: torch.Tensor) -> torch.Tensor:
+    """Per-row KL(p || q) between the two distributions coarsened to the target's top-k tokens
+    plus one bin for the rest of the vocabulary (``t_ids``/``t_logp``: the target's top-k ids and
+    log-probabilities, most likely first). A lower bound of the full KL that is exact on the
+    tokens the authors' warping (top-k 10) can ever keep, and needs only the stored top-k of the
+    target instead of its full distribution (distilling on the teacher's top-k, as in sparse
+    knowledge distillation; the rest bin keeps the draft's tail mass in check)."""
+    d_logp = torch.log_softmax(draft_logits.float(), dim=-1)
+    q_top = d_logp.gather(-1, t_ids)
+    p = t_logp.exp()
+    p_rest = (1.0 - p.sum(-1)).clamp_min(1e-6)
+    q_rest = torch.log((1.0 - q_top.exp().sum(-1)).clamp_min(1e-6))
+    return (p * (t_logp - q_top)).sum(-1) + p_rest * (p_rest.log() - q_rest)
+
+
+@torch.no_grad()
+def target_sparse_from_topk(
+    t_ids: torch.Tensor, t_logp: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`target_sparse` from the target's stored top-k (k >= ``warp.top_k``): the warped
+    distribution only ever keeps tokens of the top ``warp.top_k``, which the top-k holds."""
+    idx, p_w = target_sparse(t_logp, warp)
+    return t_ids.gather(-1, idx), p_w
+
+
 def sparse_warp(
     logits: torch.Tensor, warp: WarpConfig = AUTHORS_WARP
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -8,6 +8,7 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from mtad.distill import objectives as O
@@ -45,27 +46,39 @@ def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Rando
         x, w = collate(buf, rows, target.config.pad_token_id or 0, args.prompt_weight, args.device)
         sel = w > 0
         ws = w[sel]
-        cells.append((x, sel, ws))
+        cells.append((x, sel, ws, cached_teacher(buf, rows, args)))
         total_w += float(ws.sum())
-    acc = {s.name: {k: torch.zeros((), device=args.device) for k in ("kl", "tv", "agree")}
-           for s in specs}
-    for x, sel, ws in cells:
+    acc = {
+        s.name: {k: torch.zeros((), device=args.device) for k in ("kl", "tv", "agree")}
+        for s in specs
+    }
+    need_tv = any(s.tv_weight > 0 for s in specs)
+    for x, sel, ws, cached in cells:
         # target-side quantities once per micro-batch, shared by every draft
         with torch.no_grad():
-            with autocast_ctx(args):
-                th = target.model(input_ids=x).last_hidden_state[sel]
-                t_logits = target.lm_head(th).float()
-            t_logp = torch.log_softmax(t_logits, -1)
-            t_p = t_logp.exp()
-            negent = (t_p * t_logp).sum(-1)
-            t_arg = t_logits.argmax(-1)
-            t_warped = O.target_sparse(t_logits) if any(s.tv_weight > 0 for s in specs) else None
-            del t_logits, th
+            if cached is not None:  # the target's top-k, stored when it generated the data
+                t_ids, t_topk = cached
+                t_logp = t_p = negent = None
+                t_arg = t_ids[:, 0]
+                t_warped = O.target_sparse_from_topk(t_ids, t_topk) if need_tv else None
+            else:
+                with autocast_ctx(args):
+                    th = target.model(input_ids=x).last_hidden_state[sel]
+                    t_logits = target.lm_head(th).float()
+                t_logp = torch.log_softmax(t_logits, -1)
+                t_p = t_logp.exp()
+                negent = (t_p * t_logp).sum(-1)
+                t_arg = t_logits.argmax(-1)
+                t_warped = O.target_sparse(t_logits) if need_tv else None
+                del t_logits, th
         for spec, d in zip(specs, drafts, strict=True):
             with autocast_ctx(args):
                 dh = d.model(input_ids=x).last_hidden_state[sel]
                 d_logits = d.lm_head(dh).float()
-            kl = O.forward_kl(t_logp, d_logits, negent, t_p)
+            if cached is not None:
+                kl = O.topk_kl(t_ids, t_topk, d_logits)
+            else:
+                kl = O.forward_kl(t_logp, d_logits, negent, t_p)
             loss = (kl * ws).sum() / total_w
             a = acc[spec.name]
             if spec.tv_weight > 0:
@@ -82,8 +95,19 @@ def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Rando
             torch.nn.utils.clip_grad_norm_(d.parameters(), args.grad_clip)
         opt.step()
     stats = {name: {k: float(v) for k, v in a.items()} for name, a in acc.items()}
-    tokens = int(sum(int(sel.sum()) for _, sel, _ in cells))
+    tokens = int(sum(int(sel.sum()) for _, sel, _, _ in cells))
     return stats, tokens
+
+
+def cached_teacher(buf: Buffer, rows: list[int], args) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The stored target top-k of a micro-batch's response positions, in the row-major order
+    of its ``w > 0`` cells; None (compute the target on the fly) when a row has none or the
+    prompt positions are trained on too."""
+    if args.prompt_weight > 0 or any(buf.teach[i] is None for i in rows):
+        return None
+    ids = torch.from_numpy(np.concatenate([buf.teach[i][0] for i in rows])).long()
+    logp = torch.from_numpy(np.concatenate([buf.teach[i][1] for i in rows])).float()
+    return ids.to(args.device), logp.to(args.device)
 
 
 def save_ckpt(path: Path, state: dict):

@@ -1,0 +1,152 @@
+"""A distillation killed mid-run resumes from its checkpoint to the same end as an
+uninterrupted run: same step count, same generated data, same draft weights (issue #17).
+
+Runs the real command line (``scripts/distill_draft.py``) on the tiny random target, in
+subprocesses so that the kill is a real SIGKILL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from mtad.distill import objectives as O
+from mtad.distill.data import Buffer, fill_teacher, topk_of_logits
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 14
+
+
+def _pool(path: Path) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta",
+             "eta", "theta", "iota", "kappa", "lambda", "mu"]
+    items = [{"kind": "chat", "source": "test",
+              "messages": [{"role": "user", "content": f"say {w} {i} twice"}]}
+             for i in range(40) for w in words[i % 3 :: 5]]
+    with gzip.open(path, "wt") as f:
+        for it in items:
+            f.write(json.dumps(it) + "\n")
+
+
+def _cmd(tmp: Path, run: str) -> list[str]:
+    return [sys.executable, str(REPO / "scripts" / "distill_draft.py"), "--target", "tiny",
+            "--target-dtype", "float32", "--device", "cpu", "--threads", "1",
+            "--pool", str(tmp / "pool.jsonl.gz"), "--require-eval-kinds", "",
+            "--max-steps", str(STEPS), "--gen-batch-size", "6", "--gen-max-new", "12",
+            "--followup-frac", "0", "--eval-max-new", "6", "--eval-n-humaneval", "1",
+            "--eval-n-mtbench", "1", "--eval-n-default", "1", "--eval-n-pool", "2",
+            "--no-eval-mtbench-turn2", "--tokens-per-step", "96", "--micro-tokens", "96",
+            "--replay-ratio", "1", "--warmup-steps", "2", "--autocast", "off",
+            "--drafts", "D:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1",
+            "--export-every-s", "0", "--ckpt-every-s", "0", "--save-data", "--teacher-topk", "16",
+            "--out", str(tmp / run / "out"), "--ckpt-dir", str(tmp / run / "ckpt")]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+
+
+def _ckpt_step(folder: Path) -> int:
+    f = folder / "state.pt"
+    if not f.is_file():
+        return -1
+    try:
+        return int(torch.load(f, map_location="cpu", weights_only=False)["step"])
+    except Exception:  # written atomically, but may vanish between is_file and load
+        return -1
+
+
+def test_killed_distillation_resumes_to_the_same_end(tmp_path):
+    _pool(tmp_path / "pool.jsonl.gz")
+    straight = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
+                              timeout=600)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    proc = subprocess.Popen(_cmd(tmp_path, "b"), env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while _ckpt_step(tmp_path / "b" / "ckpt") < STEPS // 2 and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    killed_at = _ckpt_step(tmp_path / "b" / "ckpt")
+    assert 0 < killed_at < STEPS, killed_at
+    assert not (tmp_path / "b" / "out" / "data.npz").exists() or killed_at < STEPS
+
+    resumed = subprocess.run(_cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"resumed from {tmp_path / 'b' / 'ckpt'}: step {killed_at}" in resumed.stdout + \
+        resumed.stderr
+
+    a, b = (np.load(tmp_path / r / "out" / "data.npz") for r in ("a", "b"))
+    for key in ("tokens", "lens", "plens"):
+        assert np.array_equal(a[key], b[key]), key
+    ra, rb = (json.loads((tmp_path / r / "out" / "D" / "recipe.json").read_text())["plan"]
+              for r in ("a", "b"))
+    assert ra["steps"] == rb["steps"] == STEPS
+    assert ra["gen_tokens"] == rb["gen_tokens"] > 0
+    wa, wb = (load_file(str(tmp_path / r / "out" / "D" / "model.safetensors")) for r in "ab")
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0, msg=k)
+
+
+def test_topk_kl_is_the_full_kl_when_k_is_the_vocabulary_and_a_lower_bound_below():
+    g = torch.Generator().manual_seed(0)
+    t_logits = torch.randn(50, 40, generator=g) * 3
+    d_logits = torch.randn(50, 40, generator=g) * 3
+    full = O.forward_kl(torch.log_softmax(t_logits, -1), d_logits)
+    ids, logp = topk_of_logits(t_logits, 40)
+    torch.testing.assert_close(O.topk_kl(ids.long(), logp.float(), d_logits), full,
+                               rtol=2e-3, atol=2e-3)  # float16 log-probs
+    ids, logp = topk_of_logits(t_logits, 8)
+    part = O.topk_kl(ids.long(), logp.float(), d_logits)
+    assert (part <= full + 2e-3).all() and (part >= -1e-4).all()
+
+
+@pytest.mark.parametrize("k", [10, 16])
+def test_target_sparse_from_topk_equals_the_full_warp(k):
+    g = torch.Generator().manual_seed(1)
+    t_logits = torch.randn(30, 64, generator=g) * 2
+    ids, logp = topk_of_logits(t_logits, k)
+    full_idx, full_p = O.target_sparse(t_logits)
+    idx, p = O.target_sparse_from_topk(ids.long(), logp.float())
+    # as distributions over the vocabulary (float16 log-probs may swap near-ties in order)
+    dense = torch.zeros_like(t_logits).scatter_add_(-1, idx, p)
+    full = torch.zeros_like(t_logits).scatter_add_(-1, full_idx, full_p)
+    same_support = ((dense > 0) == (full > 0)).all(-1)
+    torch.testing.assert_close(dense[same_support], full[same_support], rtol=0, atol=2e-3)
+    # a row may keep other tokens only where float16 rounding swaps a near-tie: the tokens
+    # kept by one and not the other have (nearly) equal logits
+    assert (~same_support).sum() <= 2
+    for r in (~same_support).nonzero().flatten().tolist():
+        differ = ((dense[r] > 0) != (full[r] > 0)).nonzero().flatten()
+        assert len(differ) == 2
+        assert abs(float(t_logits[r, differ[0]] - t_logits[r, differ[1]])) < 1e-2
+
+
+def test_fill_teacher_matches_a_teacher_forced_forward(tiny_llama):
+    target, _ = tiny_llama
+    buf = Buffer()
+    g = torch.Generator().manual_seed(2)
+    for n in (9, 14):
+        seq = torch.randint(0, 256, (n,), generator=g).tolist()
+        buf.add(seq[:4], seq[4:], "chat", False)
+    assert fill_teacher(buf, target, 5, "cpu", 64) == 2
+    with torch.no_grad():
+        for i, s in enumerate(buf.seqs):
+            logits = target(input_ids=torch.tensor([s])).logits[0, buf.plens[i] - 1 : -1]
+            ids, logp = topk_of_logits(logits, 5)
+            assert np.array_equal(buf.teach[i][0], ids.numpy())
+            np.testing.assert_allclose(buf.teach[i][1], logp.numpy(), atol=2e-3)
