@@ -11,14 +11,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mtad.cpu import native_bf16
 from mtad.distill import objectives as O
 from mtad.distill.data import Buffer, collate, make_batches
 
 
 def autocast_ctx(args):
-    use = args.autocast == "bf16" or (args.autocast == "auto" and args.device.startswith("cuda"))
-    dev = "cuda" if args.device.startswith("cuda") else "cpu"
-    return torch.autocast(dev, dtype=torch.bfloat16, enabled=use)
+    """bfloat16 autocast: ``bf16`` always, ``auto`` on CUDA and on CPUs with native bfloat16
+    (AMX / AVX-512 BF16, :func:`mtad.cpu.native_bf16`), where it is 2-3x faster than float32."""
+    cuda = args.device.startswith("cuda")
+    use = args.autocast == "bf16" or (args.autocast == "auto" and (cuda or native_bf16()))
+    return torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16, enabled=bool(use))
 
 
 def lr_at(args, progress: float, step: int) -> float:

@@ -18,6 +18,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from mtad.cpu import DTYPE_CHOICES, choose_dtype
 from mtad.engine.runner import ModelRunner, check_same_vocab
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
@@ -46,8 +47,8 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:
             raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
         if self.loader in ("hub", "local") and not self.path:
             raise ValueError(f"path is required for loader {self.loader!r}")
 
@@ -68,7 +69,8 @@ def load_model(
     spec: ModelSpec, device: str = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
     """Load one model (and its tokenizer when the source has one) as ``spec`` says."""
-    dtype = DTYPES[spec.dtype]
+    dtype_name, _ = choose_dtype(spec.dtype, device)  # "auto": by the CPU's bfloat16 support
+    dtype = DTYPES[dtype_name]
     tokenizer: PreTrainedTokenizerBase | None = None
     if spec.loader == "tiny":
         params = {"family": "llama", "size": "target", "vocab_size": 320, "seed": 0}
@@ -78,7 +80,7 @@ def load_model(
     elif spec.loader == "smollm2_gguf":
         from mtad.engine.smollm2 import load_smollm2_target
 
-        model, tokenizer = load_smollm2_target(dtype=spec.dtype)
+        model, tokenizer = load_smollm2_target(dtype=dtype_name)
     else:
         path = spec.path if spec.loader == "hub" else resolve_path(spec.path or "")
         if spec.loader == "local" and not Path(path).is_dir():

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mtad.cpu import choose_dtype
 from mtad.tasks.base import PROTOCOLS
 
 # mtad.engine and mtad.methods import torch (seconds): they are imported inside validate(), not
@@ -203,6 +204,8 @@ class RunSpec:
     params: Any  # the method's params dataclass, built once here
     method_params: dict[str, Any]  # the same as a dict (result record, run signature)
     task_name: str
+    # why each model runs in its dtype ("set in the config", or what "auto" found on this host)
+    dtype_choice: dict[str, str] = field(default_factory=dict)
 
 
 def _typed(node: Any, prefix: str, schema: type, build: Any = None) -> Any:
@@ -249,6 +252,12 @@ def validate(cfg: DictConfig) -> RunSpec:
         "energy": EnergyConfig,
     }
     typed = {key: _typed(cfg.get(key, {}), key, cls) for key, cls in sections.items()}
+    # dtype "auto" becomes what this host runs (mtad.cpu.choose_dtype) before anything hashes it
+    dtype_choice: dict[str, str] = {}
+    for role, model in (("target", target), ("draft", draft)):
+        if model is not None:
+            model.dtype, dtype_choice[role] = choose_dtype(model.dtype, typed["runtime"].device)
+            getattr(pair, role).dtype = model.dtype
 
     method = OmegaConf.to_container(cfg.get("method") or {}, resolve=True)
     assert isinstance(method, dict)
@@ -275,7 +284,9 @@ def validate(cfg: DictConfig) -> RunSpec:
         tags=list(cfg.get("tags") or []),
         **typed,
     )
-    return RunSpec(run_cfg, target, draft, str(method_name), params, params_dict, str(task_name))
+    return RunSpec(
+        run_cfg, target, draft, str(method_name), params, params_dict, str(task_name), dtype_choice
+    )
 
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.cpu import bf16_identity
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, RunSpec, validate
 from mtad.harness.results import hardware_identity, result_dir
@@ -76,6 +77,13 @@ def prepare(
     # pair.*.dtype). Threads and the CPU model stay out (recorded in metrics.json).
     identity = hardware_identity(rc.runtime.device)
     config["hardware"] = {k: identity[k] for k in ("device_kind", "gpu_model")}
+    # ... and on the CPU whether it has native bfloat16 (the same dtype runs at other speeds),
+    # with the dtypes "auto" resolved to on this host
+    if (bf16 := bf16_identity(rc.runtime.device)) is not None:
+        config["hardware"]["cpu_bf16"] = bf16
+    for role, model in (("target", spec.target), ("draft", spec.draft)):
+        if model is not None and isinstance(config["pair"].get(role), dict):
+            config["pair"][role]["dtype"] = model.dtype
     signature = run_signature(config)
     folder = result_dir(rc.results.root, rc.results.study, signature)
     # Last, because they create folders: the checks above leave nothing behind.

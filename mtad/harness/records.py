@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from mtad.cpu import bf16_identity
 from mtad.engine import DecodeStats
 from mtad.harness.prepare import Prepared
 from mtad.harness.results import (
@@ -97,6 +98,10 @@ def run_metrics(
         # (mtad.harness.tables.GROUP_KEYS).
         **hardware_identity(rc.runtime.device),
         "threads": torch.get_num_threads(),
+        "dtypes": {role: {"dtype": m.dtype, "why": prep.spec.dtype_choice.get(role)}
+                   for role, m in (("target", prep.spec.target), ("draft", prep.spec.draft))
+                   if m is not None},
+        "cpu_bf16": bf16_identity(rc.runtime.device),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "params": dict(prep.spec.method_params),
         "n_samples": len(records),

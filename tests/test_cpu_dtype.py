@@ -1,0 +1,70 @@
+"""dtype ``auto``: bfloat16 on CPUs with native bfloat16, float32 elsewhere; the choice and the
+CPU's bfloat16 support are recorded and part of the run signature (issue #17)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from mtad import cpu
+from mtad.harness.config import ConfigError, validate
+from mtad.harness.prepare import prepare
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+AVX512_BF16 = frozenset({"avx2", "avx512f", "avx512_bf16"})
+AVX2 = frozenset({"avx2", "fma"})
+
+
+@pytest.mark.parametrize(
+    ("flags", "dtype", "flag"),
+    [(AMX, "bfloat16", "amx_bf16"), (AVX512_BF16, "bfloat16", "avx512_bf16"),
+     (AVX2, "float32", None), (frozenset(), "float32", None)],
+)
+def test_auto_follows_native_bf16(flags, dtype, flag):
+    assert cpu.native_bf16(flags) == flag
+    chosen, why = cpu.choose_dtype("auto", "cpu", flags)
+    assert chosen == dtype
+    assert (flag in why) if flag else ("no native bfloat16" in why)
+
+
+def test_explicit_dtype_and_gpu():
+    assert cpu.choose_dtype("float16", "cpu", AMX) == ("float16", "set in the config")
+    assert cpu.choose_dtype("auto", "cuda:0", AVX2)[0] == "bfloat16"
+    assert cpu.bf16_identity("cuda") is None
+
+
+def _cfg(*overrides):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=["pair=smollm2", "logger=none", *overrides])
+
+
+def test_smollm2_pair_resolves_auto_on_this_host_and_hashes_it(monkeypatch, tmp_path):
+    results = f"results.root={tmp_path}"
+    for flags, dtype in ((AMX, "bfloat16"), (AVX2, "float32")):
+        monkeypatch.setattr(cpu, "cpu_flags", lambda flags=flags: flags)
+        spec = validate(_cfg(results))
+        assert spec.target.dtype == spec.draft.dtype == dtype
+        assert spec.cfg.pair.target.dtype == dtype
+        assert "auto" in spec.dtype_choice["target"]
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: AMX)
+    amx = prepare(_cfg(results), host_checks=False)
+    assert amx.config["pair"]["target"]["dtype"] == "bfloat16"
+    assert amx.config["hardware"]["cpu_bf16"] == "amx_bf16"
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: AVX2)
+    avx2 = prepare(_cfg(results), host_checks=False)
+    assert avx2.config["pair"]["target"]["dtype"] == "float32"
+    assert avx2.config["hardware"]["cpu_bf16"] == "none"
+    assert amx.signature != avx2.signature
+    # a dtype set in the config is kept whatever the CPU has
+    pinned = prepare(_cfg(results, "pair.target.dtype=float32"), host_checks=False)
+    assert pinned.config["pair"]["target"]["dtype"] == "float32"
+    assert pinned.spec.dtype_choice["target"] == "set in the config"
+
+
+def test_bad_dtype_is_one_line_naming_the_key():
+    with pytest.raises(ConfigError, match=r"pair\.target.*dtype"):
+        validate(_cfg("pair.target.dtype=bf17"))
