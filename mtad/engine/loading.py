@@ -20,6 +20,7 @@ from transformers import (
 
 from mtad.cpu import DTYPE_CHOICES, choose_dtype
 from mtad.engine.runner import ModelRunner, check_same_vocab
+from mtad.engine.subvocab import read_vocab, restrict_vocab
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +90,8 @@ def load_model(
         if spec.device_map:
             kwargs["device_map"] = spec.device_map
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if spec.loader == "local" and (vocab := read_vocab(path)) is not None:
+            restrict_vocab(model, vocab)  # FR-Spec draft vocabulary (mtad.engine.subvocab)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError):

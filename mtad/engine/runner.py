@@ -25,7 +25,9 @@ TREE_ATTENTION_IMPLS = ("eager", "sdpa")
 
 def vocab_size_of(model: PreTrainedModel) -> int:
     """Width of the model's output distribution (may exceed the tokenizer's vocabulary)."""
-    return int(model.get_output_embeddings().weight.shape[0])
+    head = model.get_output_embeddings()
+    # a SubVocabHead (mtad.engine.subvocab) projects onto fewer rows but spans the vocabulary
+    return int(getattr(head, "vocab_size", head.weight.shape[0]))
 
 
 def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> None:

@@ -1,0 +1,79 @@
+"""A draft whose output projection covers only a frequency-ranked part of the vocabulary.
+
+After FR-Spec (Zhao et al., "FR-Spec: Accelerating Large-Vocabulary Language Models via
+Frequency-Ranked Speculative Sampling", 2025): a small draft spends most of a step in its
+output projection (SmolLM2's 49152 x 256 head is ~80% of a 4-layer draft's multiply-adds), while
+the target's text is almost always made of a few thousand frequent tokens. Projecting onto the
+``k`` most frequent tokens only, and giving every other token probability zero, cuts the step
+and keeps every lossless method exact: speculative sampling accepts with ``min(1, p/q)`` and
+resamples from ``max(0, p - q)``, so tokens the draft never proposes are still produced by the
+target at their own probability.
+
+A draft folder opts in with ``draft_vocab.json``: ``{"ids": [...], "source": "..."}`` (token ids,
+most frequent first). :func:`restrict_vocab` swaps the model's ``lm_head`` for a
+:class:`SubVocabHead` that still returns full-width logits (``-inf`` outside the subset), so the
+engine, the warping and the methods see an ordinary model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+VOCAB_FILE = "draft_vocab.json"
+
+
+class SubVocabHead(torch.nn.Module):
+    """``logits[..., ids] = hidden @ W[ids].T``, ``-inf`` elsewhere (full vocabulary width)."""
+
+    def __init__(self, weight: torch.Tensor, ids: torch.Tensor) -> None:
+        super().__init__()
+        self.vocab_size = int(weight.shape[0])
+        self.register_buffer("ids", ids.to(torch.long), persistent=False)
+        # a copy of the kept rows: the full matrix stays as the input embedding
+        self.weight = torch.nn.Parameter(weight.detach()[self.ids].clone(), requires_grad=False)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        sub = torch.nn.functional.linear(hidden, self.weight)
+        out = sub.new_full((*hidden.shape[:-1], self.vocab_size), float("-inf"))
+        return out.index_copy_(-1, self.ids, sub)
+
+
+def read_vocab(folder: str | Path) -> list[int] | None:
+    """The token ids of a draft folder's ``draft_vocab.json``, or None when it has none."""
+    path = Path(folder) / VOCAB_FILE
+    if not path.is_file():
+        return None
+    ids = json.loads(path.read_text())["ids"]
+    if not ids or len(set(ids)) != len(ids) or min(ids) < 0:
+        raise ValueError(f"{path}: ids must be distinct non-negative token ids")
+    return [int(i) for i in ids]
+
+
+def restrict_vocab(model: torch.nn.Module, ids: list[int]) -> torch.nn.Module:
+    """``model`` with its output projection restricted to ``ids`` (in place; returned)."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise ValueError("draft_vocab.json needs a model with a bias-free linear head")
+    if max(ids) >= head.weight.shape[0]:
+        raise ValueError(f"draft_vocab.json: id {max(ids)} beyond the vocabulary "
+                         f"({head.weight.shape[0]})")
+    model.config.tie_word_embeddings = False  # the head is now its own (smaller) matrix
+    model.set_output_embeddings(SubVocabHead(head.weight, torch.tensor(ids)))
+    return model
+
+
+def frequency_ranked_ids(token_lists, vocab_size: int, k: int, always=()) -> list[int]:
+    """The ``k`` most frequent ids of ``token_lists`` (ties by id), plus ``always`` (special
+    tokens such as EOS, which must stay proposable) -- FR-Spec's vocabulary selection."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for toks in token_lists:
+        counts += torch.bincount(torch.as_tensor(toks, dtype=torch.long), minlength=vocab_size)
+    order = torch.argsort(-counts * vocab_size + torch.arange(vocab_size))  # stable by id
+    chosen = [int(i) for i in order[:k]]
+    for t in always:
+        if t is not None and t not in chosen:
+            chosen.append(int(t))
+    return chosen
