@@ -6,6 +6,7 @@ draft that can propose only part of the vocabulary (issue #17)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,3 +97,25 @@ def test_frequency_ranked_ids_and_the_local_loader(tmp_path):
     (tmp_path / VOCAB_FILE).write_text(json.dumps({"ids": [5, 5]}))
     with pytest.raises(ValueError, match="distinct"):
         read_vocab(tmp_path)
+
+
+def test_draft_vocab_script_ranks_response_tokens_only(tmp_path):
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "draft_vocab", Path(__file__).resolve().parents[1] / "scripts" / "draft_vocab.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    # two sequences: prompt tokens (9s) must not count, responses use 4 (x3) and 6 (x1)
+    seqs = [[9, 9, 9, 4, 4, 6], [9, 9, 4]]
+    np.savez(tmp_path / "data.npz", tokens=np.array(sum(seqs, []), dtype=np.uint16),
+             lens=np.array([6, 3]), plens=np.array([3, 2]), kinds=np.array(["a", "b"]),
+             gen_tokens=4, gen_tokens_greedy=0)
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"vocab_size": 12, "eos_token_id": 2}))
+    info = mod.main([str(tmp_path / "data.npz"), str(folder), "--k", "1"])
+    assert info["ids"] == [4, 2] and info["coverage"] == 0.75
+    assert read_vocab(folder) == [4, 2]

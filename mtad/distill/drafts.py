@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from mtad.engine.subvocab import VOCAB_FILE, read_vocab, restrict_vocab
+
 
 @dataclass
 class DraftSpec:
@@ -114,8 +116,9 @@ def build_optimisers(args, drafts) -> list[torch.optim.Optimizer]:
     return opts
 
 
-def init_from(folder: str, specs: list[DraftSpec], drafts, log) -> None:
-    """Load every draft from an earlier draft folder of the same architecture."""
+def init_from(folder: str, specs: list[DraftSpec], drafts, log, restrict: bool = False) -> None:
+    """Load every draft from an earlier draft folder of the same architecture; ``restrict``
+    (evaluation only): apply the folder's ``draft_vocab.json``, as the harness loads it."""
     init_sd = load_file(str(Path(folder) / "model.safetensors"))
     for s, d in zip(specs, drafts, strict=True):
         missing, unexpected = d.load_state_dict(
@@ -125,4 +128,7 @@ def init_from(folder: str, specs: list[DraftSpec], drafts, log) -> None:
             raise SystemExit(f"--init-from {folder} does not fit draft {s.name}: "
                              f"missing {missing[:3]}, unexpected {unexpected[:3]}")
         d.tie_weights()
+        if restrict and (vocab := read_vocab(folder)) is not None:
+            restrict_vocab(d, vocab)
+            log(f"draft {s.name}: output restricted to the {len(vocab)} ids of {VOCAB_FILE}")
         log(f"draft {s.name}: initialised from {folder}")

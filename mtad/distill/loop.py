@@ -62,7 +62,7 @@ class Distillation:
         self.drafts = [build_draft(s, self.target, args) for s in self.specs]
         self.opts = build_optimisers(args, self.drafts)
         if args.init_from:
-            init_from(args.init_from, self.specs, self.drafts, log)
+            init_from(args.init_from, self.specs, self.drafts, log, restrict=args.eval_only)
         for s, d in zip(self.specs, self.drafts, strict=True):
             log(f"draft {s.name}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M params")
 
