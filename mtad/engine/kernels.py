@@ -1,0 +1,159 @@
+"""CPU kernel choice by measurement: time the candidates once per machine, keep the fastest.
+
+Several CPU fast paths of the engine have more than one way to compute the same thing (the
+logits head: :class:`~mtad.engine.heads.CPUHeadLM`; the top-k candidate search:
+:func:`mtad.engine._warping_cpu.topk_rows`), and which one is fastest depends on the CPU, its
+BLAS / oneDNN kernels, the dtype, the shape and the thread count: a rule measured on one machine
+is wrong on the next (issue 22: the AVX2 rule for the head was 1.8-2.6x slower than the best
+kernel on an AVX-512 Xeon with AMX). So nothing is hard-coded: the first time a fast path meets a
+shape, :meth:`KernelTable.choose` times every candidate (interleaved rounds, best of a few, well
+under a second in total) and keeps the fastest. The table is cached in a small JSON file per CPU
+model and torch version (``$MTAD_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/mtad/`` or
+``~/.cache/mtad/``), so later runs start at once. A file that cannot be read, is malformed or was
+written for another machine is ignored and rebuilt; delete it to measure again.
+
+The idea is the one of autotuners such as ATLAS (Whaley & Dongarra, "Automatically Tuned Linear
+Algebra Software", SC 1998) and FFTW's planner (Frigo & Johnson, ICASSP 1998): measure on the
+machine at hand instead of predicting, and remember the answer ("wisdom").
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+CACHE_ENV = "MTAD_KERNEL_CACHE"
+FORMAT = 1
+ROUNDS = 4  # timed rounds per candidate after one warm-up round; the best round counts
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@functools.cache
+def _machine_items() -> tuple[tuple[str, str], ...]:
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    return (("cpu", cpu_model()), ("capability", capability), ("torch", torch.__version__))
+
+
+def machine() -> dict[str, str]:
+    """What a measured choice is valid for: CPU model, ISA level torch dispatches to, torch."""
+    return dict(_machine_items())
+
+
+def default_cache_path() -> Path:
+    """``$MTAD_KERNEL_CACHE``, else ``<cache folder>/mtad/kernels-<machine hash>.json``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha1(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:12]
+    return root / "mtad" / f"kernels-{digest}.json"
+
+
+def time_candidates(
+    candidates: Mapping[str, Callable[[], object]], rounds: int = ROUNDS
+) -> dict[str, float]:
+    """Best wall time (seconds) of each candidate over ``rounds`` interleaved rounds, after one
+    warm-up round. Interleaving spreads a busy neighbour's noise over all candidates alike, and
+    the best round is the one least disturbed by it."""
+    best = dict.fromkeys(candidates, float("inf"))
+    for r in range(rounds + 1):
+        for name, fn in candidates.items():
+            start = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - start
+            if r:
+                best[name] = min(best[name], elapsed)
+    return best
+
+
+class KernelTable:
+    """Measured kernel choices, one per key, cached in a JSON file for this machine.
+
+    A key names the operation, dtype, shape and thread count (:meth:`key`); the value is the
+    name of the fastest candidate. The file holds ``{"format", "machine", "choices"}``; any
+    other content, or another machine's, counts as empty and is overwritten on the next choice.
+    Writing is best effort (a read-only cache folder keeps the table in memory only).
+    """
+
+    def __init__(self, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.machine = machine()
+        self.choices: dict[str, str] = {}
+        self.measured: dict[str, dict[str, float]] = {}  # this process's timings (ms)
+        self.loaded_from_file = self._load()
+
+    @staticmethod
+    def key(op: str, dtype: torch.dtype, *shape: int) -> str:
+        """``op|dtype|d0xd1x...|t<threads>``: what a choice depends on besides the machine."""
+        dims = "x".join(str(int(d)) for d in shape)
+        return f"{op}|{str(dtype).removeprefix('torch.')}|{dims}|t{torch.get_num_threads()}"
+
+    def _load(self) -> bool:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return False
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != FORMAT
+            or data.get("machine") != self.machine
+            or not isinstance(data.get("choices"), dict)
+            or not all(isinstance(v, str) for v in data["choices"].values())
+        ):
+            return False
+        self.choices = {str(k): v for k, v in data["choices"].items()}
+        return True
+
+    def save(self) -> None:
+        """Write the table atomically (temporary file + rename); errors are ignored."""
+        data = {"format": FORMAT, "machine": self.machine, "choices": self.choices}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+    def choose(self, key: str, candidates: Mapping[str, Callable[[], object]]) -> str:
+        """The cached choice for ``key`` if it names a candidate; else time them all, keep the
+        fastest (the first listed on a tie) and save the table."""
+        known = self.choices.get(key)
+        if known in candidates:
+            return known
+        with torch.inference_mode():
+            best = time_candidates(candidates)
+        choice = min(candidates, key=lambda name: best[name])
+        self.choices[key] = choice
+        self.measured[key] = {name: 1e3 * t for name, t in best.items()}
+        self.save()
+        return choice
+
+
+_table: KernelTable | None = None
+
+
+def kernel_table() -> KernelTable:
+    """The process-wide table (made on first use, from :func:`default_cache_path`)."""
+    global _table
+    if _table is None or _table.path != default_cache_path():
+        _table = KernelTable()
+    return _table
