@@ -17,7 +17,16 @@ import torch
 
 from mtad.engine import _warping_cpu
 from mtad.engine.heads import HEAD_KERNELS, CPUHeadLM
-from mtad.engine.kernels import CACHE_ENV, FORMAT, KernelTable, kernel_table, machine
+from mtad.engine.kernels import (
+    CACHE_ENV,
+    FORMAT,
+    MORE_ROUNDS,
+    ROUNDS,
+    KernelTable,
+    kernel_table,
+    machine,
+    time_candidates,
+)
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model
 from mtad.engine.warping import (
@@ -46,8 +55,15 @@ def never(*_args) -> None:
     raise AssertionError("a cached choice was measured again")
 
 
-def sleeper(seconds: float):
-    return lambda: time.sleep(seconds)
+def spinner(seconds: float):
+    """A candidate that keeps the CPU busy for ``seconds`` of CPU time (and so of wall time)."""
+
+    def spin() -> None:
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+
+    return spin
 
 
 # ------------------------------------------------------------------ the head's kernels
@@ -117,15 +133,15 @@ def test_bad_forced_kernel_is_refused(wide_llama):
 def test_table_keeps_the_fastest_and_reuses_its_file(private_cache):
     table = KernelTable()
     assert not table.loaded_from_file
-    assert table.choose("op|x", {"slow": sleeper(0.004), "fast": sleeper(0.0)}) == "fast"
-    assert table.measured["op|x"]["slow"] >= 4.0  # ms
+    assert table.choose("op|x", {"slow": spinner(0.004), "fast": spinner(0.0)}) == "fast"
+    assert table.measured["op|x"]["slow"] > table.measured["op|x"]["fast"]  # ms
     data = json.loads(private_cache.read_text())
     assert data == {"format": FORMAT, "machine": machine(), "choices": {"op|x": "fast"}}
     again = KernelTable()
     assert again.loaded_from_file
     assert again.choose("op|x", {"slow": never, "fast": never}) == "fast"
     # a cached name that is no longer a candidate is measured again
-    assert again.choose("op|x", {"slow": sleeper(0.004), "new": sleeper(0.0)}) == "new"
+    assert again.choose("op|x", {"slow": spinner(0.004), "new": spinner(0.0)}) == "new"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +160,7 @@ def test_corrupt_or_foreign_cache_is_ignored_and_rebuilt(private_cache, content)
     private_cache.write_bytes(content)
     table = KernelTable()
     assert not table.loaded_from_file and table.choices == {}
-    assert table.choose("op|x", {"slow": sleeper(0.004), "fast": sleeper(0.0)}) == "fast"
+    assert table.choose("op|x", {"slow": spinner(0.004), "fast": spinner(0.0)}) == "fast"
     rebuilt = json.loads(private_cache.read_text())
     assert rebuilt["machine"] == machine() and rebuilt["choices"] == {"op|x": "fast"}
 
@@ -152,7 +168,7 @@ def test_corrupt_or_foreign_cache_is_ignored_and_rebuilt(private_cache, content)
 def test_foreign_entries_of_a_valid_file_are_kept_per_key(private_cache):
     """Keys carry dtype, shape and threads: another thread count is another choice."""
     table = KernelTable()
-    table.choose(KernelTable.key("op", torch.float32, 3, 4), {"a": sleeper(0.0)})
+    table.choose(KernelTable.key("op", torch.float32, 3, 4), {"a": spinner(0.0)})
     torch.set_num_threads(2)
     try:
         key2 = KernelTable.key("op", torch.float32, 3, 4)
@@ -161,12 +177,35 @@ def test_foreign_entries_of_a_valid_file_are_kept_per_key(private_cache):
     assert key2 not in table.choices and key2.endswith("|t2")
 
 
+def test_close_calls_get_more_rounds():
+    """Two candidates within 15% of each other are timed 1 + 4 + 8 times and compared by
+    median; a clear winner's rival 1 + 4 times, by its best round (a fake clock: each call of a
+    candidate advances it by that candidate's cost)."""
+    now = [0.0]
+    calls: dict[str, int] = {}
+
+    def costing(name: str, seconds: float):
+        def run() -> None:
+            calls[name] = calls.get(name, 0) + 1
+            now[0] += seconds
+
+        return run
+
+    def clock() -> float:
+        return now[0]
+
+    close = time_candidates({"a": costing("a", 1.0), "b": costing("b", 1.1)}, clock=clock)
+    clear = time_candidates({"c": costing("c", 1.0), "d": costing("d", 2.0)}, clock=clock)
+    assert calls == {"a": 13, "b": 13, "c": 5, "d": 5} and 1 + ROUNDS + MORE_ROUNDS == 13
+    assert close == pytest.approx({"a": 1.0, "b": 1.1}) and clear == pytest.approx({"c": 1, "d": 2})
+
+
 def test_unwritable_cache_keeps_choices_in_memory(tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     monkeypatch.setenv(CACHE_ENV, str(blocker / "sub" / "kernels.json"))  # parent is a file
     table = kernel_table()
-    assert table.choose("op|y", {"only": sleeper(0.0)}) == "only"
+    assert table.choose("op|y", {"only": spinner(0.0)}) == "only"
     assert table.choices == {"op|y": "only"}
 
 

@@ -4,6 +4,8 @@ projection with the kernel measured fastest on this machine for each row count
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -91,18 +93,12 @@ class CPUHeadLM(torch.nn.Module):
         key = (rows, w.dtype, tuple(w.shape))
         kernel = self._chosen.get(key)
         if kernel is None:
-            kernel = self._chosen[key] = self._measure(rows, w)
+            kernel = self._chosen[key] = head_kernel(
+                w, rows, self.table, lambda: self._transposed(w)
+            )
             if "copy" not in self._chosen.values():
                 self._wt = self._wt_key = None  # measured, not kept: free the copy
         return kernel
-
-    def _measure(self, rows: int, weight: torch.Tensor) -> str:
-        if rows > MEASURED_MAX_ROWS:
-            return "linear"
-        x = torch.randn(rows, weight.shape[1]).mul_(weight.shape[1] ** -0.5).to(weight.dtype)
-        table = self.table if self.table is not None else kernel_table()
-        key = KernelTable.key("lm_head", weight.dtype, rows, *weight.shape)
-        return table.choose(key, {k: (lambda k=k: self._run(k, x, weight)) for k in HEAD_KERNELS})
 
     def _transposed(self, weight: torch.Tensor) -> torch.Tensor:
         key = (weight.data_ptr(), weight._version, tuple(weight.shape))
@@ -112,11 +108,7 @@ class CPUHeadLM(torch.nn.Module):
         return self._wt
 
     def _run(self, kernel: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        if kernel == "copy":
-            return x @ self._transposed(weight)
-        if kernel == "w_xt":
-            return (weight @ x.T).T.contiguous()
-        return torch.nn.functional.linear(x, weight)
+        return project_rows(kernel, x, weight, lambda: self._transposed(weight))
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.weight
@@ -129,6 +121,43 @@ class CPUHeadLM(torch.nn.Module):
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         return self.project(hidden)
+
+
+def project_rows(
+    kernel: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    transposed: Callable[[], torch.Tensor],
+) -> torch.Tensor:
+    """``F.linear(x, weight)`` for ``x`` ``[rows, hidden]`` by one of :data:`HEAD_KERNELS`:
+    ``linear``; ``copy``, ``x @ W.T`` with ``W.T`` made contiguous (``transposed()``, made once
+    by the caller); ``w_xt``, ``(W @ x.T).T`` (the weight as stored, the rows as columns)."""
+    if kernel == "copy":
+        return x @ transposed()
+    if kernel == "w_xt":
+        return (weight @ x.T).T.contiguous()
+    return torch.nn.functional.linear(x, weight)
+
+
+def head_kernel(
+    weight: torch.Tensor,
+    rows: int,
+    table: KernelTable | None = None,
+    transposed: Callable[[], torch.Tensor] | None = None,
+) -> str:
+    """The fastest of :data:`HEAD_KERNELS` for projecting ``rows`` rows onto ``weight`` on this
+    machine: the table's cached choice, or measured now on random rows (and cached). The one
+    rule :class:`CPUHeadLM` and ``bench/lm_head.py`` both follow; ``linear`` unmeasured beyond
+    :data:`MEASURED_MAX_ROWS` rows."""
+    if rows > MEASURED_MAX_ROWS:
+        return "linear"
+    table = table if table is not None else kernel_table()
+    if transposed is None:  # made on first call, once
+        transposed = functools.cache(lambda: weight.detach().T.contiguous())
+    x = torch.randn(rows, weight.shape[1]).mul_(weight.shape[1] ** -0.5).to(weight.dtype)
+    key = KernelTable.key("lm_head", weight.dtype, rows, *weight.shape)
+    kernels = {k: (lambda k=k: project_rows(k, x, weight, transposed)) for k in HEAD_KERNELS}
+    return table.choose(key, kernels)
 
 
 def head_for(model: PreTrainedModel, mode: str = "auto") -> torch.nn.Module:
