@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from mtad.engine.kernels import KernelTable, kernel_table
+from mtad.engine.kernels import KernelTable, cache_evictor, kernel_table
 
 NEG_INF = float("-inf")
 _TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
 _CHUNK = 64
+# Below this many entries noise for every entry beats finding the support. The rows the engine
+# meets are either candidate rows (tens to hundreds of entries) or vocabulary rows (32k-150k),
+# so any value in between makes the same choice on any CPU.
+_SPARSE_MIN_NUMEL = 2048
 
 
 def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
@@ -72,14 +76,16 @@ def top_k_top_p_candidates(
 def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """Indices (``nonzero(as_tuple=True)`` order) of the finite entries when they are few (at
     most 1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper).
+    Small tensors -- sparse candidates, a few dozen entries per row -- are ``None`` at once:
+    finding their support costs more small ops than noise for all of them.
 
     Two levels: the max of every chunk of ``_CHUNK`` entries (one fast vectorised pass) finds
     the chunks holding a finite entry, and only those are searched -- a full ``nonzero`` over a
     49k-entry row is ~10x slower than the chunk maxima on a CPU.
     """
-    if logscores.device.type != "cpu":
-        return None
     numel = logscores.numel()
+    if logscores.device.type != "cpu" or numel < _SPARSE_MIN_NUMEL:
+        return None
     if numel % _CHUNK or logscores.dim() == 0:
         live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
         return live if live[0].numel() * 8 <= numel else None
@@ -104,8 +110,11 @@ def topk_rows(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, tor
     ``chunked``: the top ``m`` among the ``m`` chunks of ``_CHUNK`` entries with the largest
     maxima. An element outside those chunks is at most the m-th chunk maximum, which is below
     the k-th value unless ties reach it (then plain ``topk`` runs). The chunk maxima are one
-    vectorised pass; ``chunked`` was ~2x faster than ``topk`` on 49k-entry rows on the CPUs
-    measured, but that is the CPU's to say.
+    vectorised pass, and ``chunked`` is ~1.5-2x faster than ``topk`` on 49k-entry rows in a
+    tight loop; but it is a dozen small ops, and right after a forward (caches cold: the weights
+    streamed through them) each costs several times more, so on the AMD EPYC measured plain
+    ``topk`` won there by 2x. Hence timed with the caches evicted
+    (:func:`~mtad.engine.kernels.cache_evictor`).
     """
     rows, vocab = flat.shape
     if vocab % _CHUNK or vocab // _CHUNK < 4 * m:
@@ -130,6 +139,7 @@ def _measure_topk(rows: int, vocab: int, m: int, top_k: int, dtype: torch.dtype)
             "chunked": lambda: _topk_chunked(x, m, top_k),
             "topk": lambda: torch.topk(x, m, dim=-1),
         },
+        before=cache_evictor(),  # warping follows a forward: timed with cold caches
     )
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 CACHE_ENV = "MTAD_KERNEL_CACHE"
-FORMAT = 1
+FORMAT = 2  # bump when how a choice is measured changes: older tables are then remeasured
 ROUNDS = 4  # timed rounds per candidate after one warm-up round; the best round counts
 CLOSE = 0.15  # ... unless the two fastest are this close: then MORE_ROUNDS more, and the median
 MORE_ROUNDS = 8
@@ -77,24 +77,57 @@ def cpu_clock() -> Callable[[], float]:
     return time.process_time if torch.get_num_threads() == 1 else time.perf_counter
 
 
+def last_level_cache_bytes() -> int:
+    """Size of the CPU's largest cache (Linux sysfs; 32 MiB when unknown)."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = path.read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes, default=32 * 2**20)
+
+
+def cache_evictor() -> Callable[[], None]:
+    """A function that writes a buffer twice the size of the last-level cache, as a decoding
+    forward streams its weights through it: the code between forwards runs with cold caches
+    (the dispatcher's instructions included), where every extra small op costs several times
+    what it does in a tight loop. Kernels for that code are timed after calling it. The buffer
+    lives as long as the function."""
+    buffer = torch.zeros(2 * last_level_cache_bytes() // 4)
+
+    def evict() -> None:
+        buffer.add_(1.0)
+
+    return evict
+
+
 def time_candidates(
     candidates: Mapping[str, Callable[[], object]],
     rounds: int = ROUNDS,
     close: float = CLOSE,
     more: int = MORE_ROUNDS,
     clock: Callable[[], float] | None = None,
+    before: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Time (seconds, by :func:`cpu_clock`) of each candidate: the best of ``rounds``
     interleaved rounds after one warm-up round; when the two fastest are within ``close`` of
     each other, the median of ``rounds + more`` rounds instead (a close call deserves more
     samples, and the median is what a long run sees). Interleaving spreads a busy neighbour's
-    noise over all candidates alike."""
+    noise over all candidates alike. ``before`` runs (untimed) before every timed call, e.g.
+    one made by :func:`cache_evictor`."""
     times: dict[str, list[float]] = {name: [] for name in candidates}
     clock = clock or cpu_clock()
 
     def run(n: int) -> None:
         for _ in range(n):
             for name, fn in candidates.items():
+                if before is not None:
+                    before()  # untimed
                 start = clock()
                 fn()
                 times[name].append(clock() - start)
@@ -158,14 +191,20 @@ class KernelTable:
         except OSError:
             pass
 
-    def choose(self, key: str, candidates: Mapping[str, Callable[[], object]]) -> str:
-        """The cached choice for ``key`` if it names a candidate; else time them all, keep the
-        fastest (the first listed on a tie) and save the table."""
+    def choose(
+        self,
+        key: str,
+        candidates: Mapping[str, Callable[[], object]],
+        before: Callable[[], None] | None = None,
+    ) -> str:
+        """The cached choice for ``key`` if it names a candidate; else time them all (each
+        call after ``before``, see :func:`time_candidates`), keep the fastest (the first listed
+        on a tie) and save the table."""
         known = self.choices.get(key)
         if known in candidates:
             return known
         with torch.inference_mode():
-            best = time_candidates(candidates)
+            best = time_candidates(candidates, before=before)
         choice = min(candidates, key=lambda name: best[name])
         self.choices[key] = choice
         self.measured[key] = {name: 1e3 * t for name, t in best.items()}
