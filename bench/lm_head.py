@@ -1,95 +1,127 @@
-"""Cost of the output projection by kernel and row count: the measurement behind CPUHeadLM.
+"""Cost of the output projection by kernel, dtype and row count, and the kernel ours runs.
 
 A decoding step projects 1 to ~10 hidden rows onto the whole vocabulary. This times, for the
-SmolLM2 target's head (49152 x 576) and our draft's (49152 x 256), in float32:
+pair's target and draft heads (their real weights and shapes, read from the loaded models), in
+each dtype of ``--dtypes``:
 
 * ``F.linear(x, W)`` -- what ``nn.Linear`` (and so every transformers model) calls;
-* ``x @ W.T.contiguous()`` -- a transposed copy made once (CPUHeadLM's one-row kernel);
-* ``(W @ x.T).T`` -- the weight as stored, the rows as columns (CPUHeadLM's kernel for 2-10
-  rows; from ~16 rows ``F.linear`` wins again and CPUHeadLM uses it);
+* ``x @ W.T.contiguous()`` -- a transposed copy made once;
+* ``(W @ x.T).T`` -- the weight as stored, the rows as columns;
 
 interleaved, medians of ``--reps`` (process CPU time), with the largest difference to
-``F.linear``'s logits. Random weights of the real shapes: no model is loaded.
+``F.linear``'s logits relative to the largest logit. "ours" is the kernel ``CPUHeadLM`` runs on
+this machine (:func:`mtad.engine.heads.head_kernel`: measured once, cached per CPU model and
+torch version), and ``ours / fastest`` its median over the fastest median of this table.
 
-    python -m bench.lm_head [--rows 1,2,3,4,5,8,16] [--reps 15] [--threads 1]
+    python -m bench.lm_head [--dtypes float32,bfloat16] [--rows 1,2,3,4,5,8,16] [--reps 15]
+    python -m bench.lm_head --pair tiny --reps 1     # seconds; the random test pair
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 from bench import common
-from mtad.engine.heads import CPUHeadLM
+from mtad.engine.heads import HEAD_KERNELS, head_kernel, project_rows
+from mtad.engine.kernels import kernel_table
 
-HEADS = {"target 49152x576": (49152, 576), "draft 49152x256": (49152, 256)}
+LABELS = {"linear": "F.linear", "copy": "x @ W.T copy", "w_xt": "(W @ x.T).T"}
 
 
-def cpu_ms(fn, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.process_time()
+def interleaved_ms(kernels: dict, reps: int) -> dict[str, float]:
+    """Median process CPU ms of each kernel, the kernels alternating rep by rep."""
+    for fn in kernels.values():
         fn()
-        times.append(time.process_time() - start)
-    return 1e3 * statistics.median(times)
+    times: dict[str, list[float]] = {k: [] for k in kernels}
+    for _ in range(reps):
+        for k, fn in kernels.items():
+            start = time.process_time()
+            fn()
+            times[k].append(time.process_time() - start)
+    return {k: 1e3 * statistics.median(v) for k, v in times.items()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def head_weights(args: argparse.Namespace) -> dict[str, torch.Tensor]:
+    """``{"target VxH": W, "draft VxH": W}``: the loaded pair's head weights (float32)."""
+    bp = common.load_bench_pair(args)
+    heads = {}
+    for role, runner in (("target", bp.target), ("draft", bp.draft)):
+        if runner is None:
+            continue
+        weight = runner.model.get_output_embeddings().weight.detach().float()
+        heads[f"{role} {weight.shape[0]}x{weight.shape[1]}"] = weight
+    return heads
+
+
+def main(argv: list[str] | None = None) -> list[list]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_common_args(ap)
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--rows", default="1,2,3,4,5,8,16")
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    print(common.environment_line(args))
+    args.dtype = "float32"  # the pair loads in float32; each dtype below casts the head
+    common.setup(args)
+    dtypes = [getattr(torch, d.strip()) for d in args.dtypes.split(",")]
     rows_list = [int(r) for r in args.rows.split(",")]
+    heads = head_weights(args)
+    table = kernel_table()
+    print(common.environment_line(args))
+    print(f"kernel table: {table.path}")
     gen = torch.Generator().manual_seed(0)
-    table = []
-    for name, (vocab, hidden) in HEADS.items():
-        weight = torch.randn(vocab, hidden, generator=gen) * hidden**-0.5
-        weight_t = weight.T.contiguous()
-        for rows in rows_list:
-            x = torch.randn(rows, hidden, generator=gen)
-            kernels = {
-                "linear": lambda x=x, w=weight: F.linear(x, w),
-                "copy": lambda x=x, wt=weight_t: x @ wt,
-                "w_xt": lambda x=x, w=weight: (w @ x.T).T.contiguous(),
-            }
-            ms = {k: cpu_ms(f, args.reps) for k, f in kernels.items()}
-            want = kernels["linear"]()
-            diff = max(float((f() - want).abs().max()) for f in kernels.values())
-            best = CPUHeadLM.kernel_for(rows)  # what our runners run
-            table.append(
-                [
-                    name,
-                    rows,
-                    ms["linear"],
-                    ms["copy"],
-                    ms["w_xt"],
-                    best,
-                    ms["linear"] / ms[best],
-                    diff,
-                ]
-            )
-    common.print_table(
-        "output projection, float32 (ms, process CPU time; median)",
-        [
-            "head",
-            "rows",
-            "F.linear",
-            "x @ W.T copy",
-            "(W @ x.T).T",
-            "ours",
-            "linear / ours",
-            "max |diff|",
-        ],
-        table,
-    )
+    all_rows = []
+    for dtype in dtypes:
+        out = []
+        for name, weight32 in heads.items():
+            weight = weight32.to(dtype)
+            transposed = functools.cache(lambda w=weight: w.T.contiguous())
+            for rows in rows_list:
+                x = (torch.randn(rows, weight.shape[1], generator=gen)).to(dtype)
+                kernels = {
+                    k: (lambda k=k, x=x, w=weight, t=transposed: project_rows(k, x, w, t))
+                    for k in HEAD_KERNELS
+                }
+                with torch.inference_mode():
+                    ours = head_kernel(weight, rows, table, transposed)
+                    ms = interleaved_ms(kernels, args.reps)
+                    want = kernels["linear"]().float()
+                    scale = float(want.abs().max()) or 1.0
+                    diff = max(float((f().float() - want).abs().max()) for f in kernels.values())
+                fastest = min(ms.values())
+                out.append(
+                    [
+                        name,
+                        rows,
+                        *(ms[k] for k in HEAD_KERNELS),
+                        ours,
+                        f"{ms[ours] / fastest:.3f}",
+                        f"{ms['linear'] / ms[ours]:.2f}",
+                        diff / scale,
+                    ]
+                )
+        common.print_table(
+            f"output projection, {str(dtype).removeprefix('torch.')} "
+            "(ms, process CPU time; median)",
+            [
+                "head",
+                "rows",
+                *(LABELS[k] for k in HEAD_KERNELS),
+                "ours",
+                "ours / fastest",
+                "linear / ours",
+                "max rel diff",
+            ],
+            out,
+        )
+        all_rows += out
+    worst = max(float(r[-3]) for r in all_rows)
+    print(f"\nours / fastest, worst over every dtype, head and row count: {worst:.3f}")
+    return all_rows
 
 
 if __name__ == "__main__":

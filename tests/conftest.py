@@ -14,6 +14,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache(tmp_path_factory):
+    """Kernel choices measured by the tests go to a scratch file, not the user's cache."""
+    from mtad.engine.kernels import CACHE_ENV
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("kernels") / "kernels.json"))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_llama():
     from mtad.engine.tiny import build_tiny_pair

@@ -212,12 +212,15 @@ def test_auto_head_choice(wide_llama, tiny_llama):
         head_for(wide_llama, "quick")
 
 
-def test_auto_head_keeps_stock_for_bf16():
+def test_auto_head_measures_bf16_too():
+    """bfloat16 heads get the measured kernel choice as float32 ones do (issue 22: the old rule
+    kept bf16 on the stock head unmeasured); float16 keeps the stock head."""
     from mtad.engine.runner import ModelRunner
     from mtad.engine.tiny import build_tiny_model
 
-    model = build_tiny_model("llama", "target", vocab_size=8192, seed=3).to(torch.bfloat16)
-    assert ModelRunner(model).head == "stock"
+    model = build_tiny_model("llama", "target", vocab_size=8192, seed=3)
+    assert ModelRunner(model.to(torch.bfloat16)).head == "fast"
+    assert ModelRunner(model.to(torch.float16)).head == "stock"
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 40])

@@ -88,12 +88,19 @@ def test_vs_authors_tiny(capsys) -> None:
 
 
 def test_lm_head_bench_prints_every_kernel(capsys) -> None:
+    """Every kernel, dtype and row count, for the heads of the pair it loads (shapes read from
+    the models, none hard-coded), with the kernel ours runs among them."""
     from bench import lm_head
+    from mtad.engine.heads import HEAD_KERNELS
+    from mtad.engine.tiny import build_tiny_pair
 
-    lm_head.main(["--rows", "1,3", "--reps", "1"])
+    rows = lm_head.main(["--pair", "tiny", "--rows", "1,3", "--reps", "1"])
     out = capsys.readouterr().out
-    assert "F.linear" in out and "(W @ x.T).T" in out
-    assert out.count("49152x576") == 2 and out.count("49152x256") == 2
+    assert "F.linear" in out and "(W @ x.T).T" in out and "float32" in out and "bfloat16" in out
+    for role, model in zip(("target", "draft"), build_tiny_pair("llama"), strict=True):
+        vocab, hidden = model.get_output_embeddings().weight.shape
+        assert out.count(f"{role} {vocab}x{hidden}") == 4  # 2 dtypes x 2 row counts
+    assert len(rows) == 8 and {r[5] for r in rows} <= set(HEAD_KERNELS)
 
 
 def test_forward_clock_sees_our_cpu_head() -> None:

@@ -11,7 +11,7 @@ from transformers import MistralConfig, MistralForCausalLM
 
 from mtad.engine import DecodeContext, Decoder, DecodeStats, StepResult
 from mtad.engine import runner as runner_module
-from mtad.engine.heads import CPUHeadLM
+from mtad.engine.heads import HEAD_KERNELS, CPUHeadLM
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
@@ -103,10 +103,11 @@ def test_tree_methods_refuse_attention_without_custom_masks():
 # ------------------------------------------------------------ CPUHeadLM notices weight edits
 
 
-def test_fast_head_notices_in_place_and_reloaded_weights(tiny_llama):
+@pytest.mark.parametrize("kernel", HEAD_KERNELS)
+def test_fast_head_notices_in_place_and_reloaded_weights(tiny_llama, kernel):
     target, _ = tiny_llama
     model = build_tiny_pair("llama", vocab_size=320, seed=3)[0]
-    head = CPUHeadLM(model)
+    head = CPUHeadLM(model, kernel=kernel)  # "copy" keeps a transposed copy that must follow
     hidden = torch.randn(1, 1, model.config.hidden_size)
     weight = model.get_output_embeddings().weight
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import torch
 
+from mtad.engine.kernels import KernelTable, cache_evictor, kernel_table
+
 NEG_INF = float("-inf")
 _TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
 _CHUNK = 64
+# Below this many entries noise for every entry beats finding the support. The rows the engine
+# meets are either candidate rows (tens to hundreds of entries) or vocabulary rows (32k-150k),
+# so any value in between makes the same choice on any CPU.
+_SPARSE_MIN_NUMEL = 2048
 
 
 def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
@@ -23,10 +29,10 @@ def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     ``top_k`` survivors matter: one ``topk`` of ``top_k + slack`` candidates holds all of them,
     top-p runs on those candidates, and the survivors are written into a ``-inf`` row. The
     survivors' values, and so the result, equal the generic path's exactly: the k-th value is
-    the same, the sorted candidate values (hence softmax and cumulative sums) are the same
-    sequence, and only the order *among equal values* can differ -- which changes the top-p
-    set only when a group of equal values straddles the cut. Those rows (a few percent with
-    bfloat16 logits) take the generic path, and so does everything (``None``) when ties at the
+    the same, and the candidates are put in the generic path's order (descending value, equal
+    values by token id, :func:`mtad.engine.warping._top_p_drop`'s stable sort), so softmax,
+    cumulative sums and the top-p cut are the same sequence -- also when equal values straddle
+    the cut (frequent with bfloat16 logits). ``None`` (take the generic path) when ties at the
     k-th value overflow the candidate window. The host reads are free on a CPU, hence CPU-only.
     """
     shape = logits.shape
@@ -35,33 +41,19 @@ def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     found = top_k_top_p_candidates(flat, top_k, top_p)
     if found is None:
         return None
-    idx, top_k_vals, kept, straddle = found
-    out = torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept)
-    if straddle is not None and bool(straddle.any()):
-        m = idx.shape[-1]
-        # The generic path's own sort, on the same top-k-masked rows, decides the order among
-        # equal values; only the first m sorted entries can be finite.
-        rows = straddle.nonzero().flatten()
-        masked = torch.full((rows.numel(), vocab), NEG_INF, dtype=flat.dtype, device=flat.device)
-        masked.scatter_(-1, idx[rows], top_k_vals[rows])
-        sorted_vals, order = torch.sort(masked, dim=-1, descending=True)
-        head, head_idx = sorted_vals[:, :m], order[:, :m]
-        head_probs = head.softmax(dim=-1)
-        head_drop = (head_probs.cumsum(dim=-1) - head_probs) >= top_p
-        out[rows] = torch.full_like(masked, NEG_INF).scatter_(
-            -1, head_idx, head.masked_fill(head_drop, NEG_INF)
-        )
-    return out.reshape(shape)
+    idx, kept = found
+    return torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept).reshape(shape)
 
 
-def top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tuple | None:
+def top_k_top_p_candidates(
+    flat: torch.Tensor, top_k: int, top_p: float
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
 
-    Returns ``(idx, top_k_vals, kept, straddle)``: candidate ids (by descending value), their
-    values with everything below the k-th at ``-inf``, the values after top-p too, and the
-    rows where equal values straddle the top-p cut (``None`` without top-p), whose kept set
-    depends on the order among equal values; ``None`` when ties at the k-th value overflow
-    the candidate window.
+    Returns ``(idx, kept)``: candidate ids ordered by descending value, equal values by
+    ascending id (the generic path's order), and their values after top-k and top-p
+    (``-inf`` for candidates dropped); ``None`` when ties at the k-th value overflow the
+    candidate window.
     """
     vocab = flat.shape[-1]
     m = min(vocab, top_k + _TIE_SLACK)
@@ -69,26 +61,31 @@ def top_k_top_p_candidates(flat: torch.Tensor, top_k: int, top_p: float) -> tupl
     kth = vals[:, top_k - 1 : top_k]
     if m < vocab and bool((vals[:, -1:] >= kth).any()):
         return None
+    if bool((vals[:, 1:] == vals[:, :-1]).any()):  # equal values: order them by id
+        idx, by_id = idx.sort(dim=-1)
+        vals, by_val = vals.gather(-1, by_id).sort(dim=-1, descending=True, stable=True)
+        idx = idx.gather(-1, by_val)
     top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
     if top_p >= 1.0:
-        return idx, top_k_vals, top_k_vals, None
+        return idx, top_k_vals
     probs = top_k_vals.softmax(dim=-1)
     drop = (probs.cumsum(dim=-1) - probs) >= top_p
-    tie = (vals[:, 1:] == vals[:, :-1]) & (drop[:, 1:] != drop[:, :-1])
-    return idx, top_k_vals, top_k_vals.masked_fill(drop, NEG_INF), tie.any(dim=-1)
+    return idx, top_k_vals.masked_fill(drop, NEG_INF)
 
 
 def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """Indices (``nonzero(as_tuple=True)`` order) of the finite entries when they are few (at
     most 1/8 of all) and the tensor is on the CPU; ``None`` otherwise (dense noise is cheaper).
+    Small tensors -- sparse candidates, a few dozen entries per row -- are ``None`` at once:
+    finding their support costs more small ops than noise for all of them.
 
     Two levels: the max of every chunk of ``_CHUNK`` entries (one fast vectorised pass) finds
     the chunks holding a finite entry, and only those are searched -- a full ``nonzero`` over a
     49k-entry row is ~10x slower than the chunk maxima on a CPU.
     """
-    if logscores.device.type != "cpu":
-        return None
     numel = logscores.numel()
+    if logscores.device.type != "cpu" or numel < _SPARSE_MIN_NUMEL:
+        return None
     if numel % _CHUNK or logscores.dim() == 0:
         live = (logscores > NEG_INF).nonzero(as_tuple=True)  # host read: free on a CPU
         return live if live[0].numel() * 8 <= numel else None
@@ -104,15 +101,51 @@ def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
 
 
 def topk_rows(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.topk(flat, m, dim=-1)`` as far as :func:`top_k_top_p_masked` reads it: every
+    """``torch.topk(flat, m, dim=-1)`` as far as :func:`top_k_top_p_candidates` reads it: every
     value >= the ``top_k``-th largest, with its index, in descending order, and whether the
-    window of ``m`` is full of them. Found among the ``m`` chunks with the largest maxima: an
-    element outside them is at most the m-th chunk maximum, which is below the k-th value
-    unless ties reach it (then plain ``topk`` runs). ~2x faster than ``topk`` on 49k rows."""
+    window of ``m`` is full of them.
+
+    Two kernels, the faster one measured for each shape on this machine
+    (:class:`~mtad.engine.kernels.KernelTable`, key ``topk_rows``): plain ``topk``, or
+    ``chunked``: the top ``m`` among the ``m`` chunks of ``_CHUNK`` entries with the largest
+    maxima. An element outside those chunks is at most the m-th chunk maximum, which is below
+    the k-th value unless ties reach it (then plain ``topk`` runs). The chunk maxima are one
+    vectorised pass, and ``chunked`` is ~1.5-2x faster than ``topk`` on 49k-entry rows in a
+    tight loop; but it is a dozen small ops, and right after a forward (caches cold: the weights
+    streamed through them) each costs several times more, so on the AMD EPYC measured plain
+    ``topk`` won there by 2x. Hence timed with the caches evicted
+    (:func:`~mtad.engine.kernels.cache_evictor`).
+    """
+    rows, vocab = flat.shape
+    if vocab % _CHUNK or vocab // _CHUNK < 4 * m:
+        return torch.topk(flat, m, dim=-1)
+    key = (rows, vocab, m, top_k, flat.dtype, torch.get_num_threads())
+    kernel = _topk_kernel.get(key)
+    if kernel is None:
+        kernel = _topk_kernel[key] = _measure_topk(rows, vocab, m, top_k, flat.dtype)
+    if kernel == "topk":
+        return torch.topk(flat, m, dim=-1)
+    return _topk_chunked(flat, m, top_k)
+
+
+_topk_kernel: dict[tuple, str] = {}  # this process's choices (the table's file is the cache)
+
+
+def _measure_topk(rows: int, vocab: int, m: int, top_k: int, dtype: torch.dtype) -> str:
+    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).to(dtype)
+    return kernel_table().choose(
+        KernelTable.key("topk_rows", dtype, rows, vocab, m, top_k),
+        {
+            "chunked": lambda: _topk_chunked(x, m, top_k),
+            "topk": lambda: torch.topk(x, m, dim=-1),
+        },
+        before=cache_evictor(),  # warping follows a forward: timed with cold caches
+    )
+
+
+def _topk_chunked(flat: torch.Tensor, m: int, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     rows, vocab = flat.shape
     n_chunks = vocab // _CHUNK
-    if vocab % _CHUNK or n_chunks < 4 * m:
-        return torch.topk(flat, m, dim=-1)
     chunks = flat.view(rows, n_chunks, _CHUNK)
     cmax, cidx = torch.topk(chunks.amax(dim=-1), m, dim=-1)
     cand = chunks.gather(1, cidx[:, :, None].expand(rows, m, _CHUNK)).reshape(rows, m * _CHUNK)

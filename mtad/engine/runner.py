@@ -90,6 +90,13 @@ class ModelRunner:
             )
 
     @property
+    def head_kernels(self) -> dict[str, str]:
+        """Row count -> output-projection kernel the CPU head chose (empty for the stock head)."""
+        if isinstance(self.net, CPUHeadLM):
+            return {str(rows): k for rows, k in self.net.kernels.items()}
+        return {}
+
+    @property
     def cache_len(self) -> int:
         return self.cached_ids.shape[1]
 

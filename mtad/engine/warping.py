@@ -95,9 +95,13 @@ def _top_p_drop(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Top-p drop mask by sorting the whole vocabulary.
 
     Drop a token when the mass *before* it already reaches ``top_p``: the most likely token
-    always survives, and the kept set is the smallest one whose mass reaches ``top_p``.
+    always survives, and the kept set is the smallest one whose mass reaches ``top_p``. Equal
+    values are ordered by token id (a stable sort), so when a group of equal values straddles
+    the cut the lower ids are kept: one rule on every device, which the CPU candidate path
+    reproduces on its few candidates (an unstable sort's order among equal values is whatever
+    the sorting kernel leaves).
     """
-    sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
+    sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True, stable=True)
     probs = sorted_logits.softmax(dim=-1)
     drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
     return drop_sorted.scatter(-1, sorted_idx, drop_sorted)
@@ -223,8 +227,8 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
     """:func:`warp_logprobs` as :class:`Candidates`: the same support and, up to the rounding
     of the normaliser (a sum over the kept values instead of a whole row), the same values.
 
-    The sparse form applies on the CPU with top-k and no tie straddling the top-p cut (the
-    dense path settles those); anything else returns the dense distribution.
+    The sparse form applies on the CPU with top-k (unless ties at the k-th value overflow the
+    candidate window); anything else returns the dense distribution.
     """
     w = warp.scoring()
     vocab = logits.shape[-1]
@@ -235,11 +239,10 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
         flat = x.reshape(-1, vocab)
         found = top_k_top_p_candidates(flat, w.top_k, w.top_p)
         if found is not None:
-            idx, _, kept, straddle = found
-            if straddle is None or not bool(straddle.any()):
-                logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
-                shape = (*logits.shape[:-1], idx.shape[-1])
-                return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
+            idx, kept = found
+            logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+            shape = (*logits.shape[:-1], idx.shape[-1])
+            return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
     return Candidates.from_logprobs(warp_logprobs(logits, warp))
 
 

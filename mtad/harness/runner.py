@@ -151,7 +151,9 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
         records, timings = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
-        metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
+        runners = [r for r in (pair.target, pair.draft) if r is not None]
+        metrics["lm_head"] = {r.role: r.head for r in runners}
+        metrics["lm_head_kernels"] = {r.role: r.head_kernels for r in runners}
         metrics["wandb"] = logger.info()
         write_outputs(prep, records, timings)
         logger.log_result(wandb_summary(metrics), rows)
