@@ -21,6 +21,17 @@ from mtad.engine.heads import CPUHeadLM, head_for
 # passes a 4-D mask through untouched): the ones tree verification may use. FlashAttention
 # kernels take no arbitrary mask, so a tree forward there would silently attend causally.
 TREE_ATTENTION_IMPLS = ("eager", "sdpa")
+# Config keys that hold a model's trained context length, in the order transformers' families use.
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+
+
+def context_limit_of(config: dict[str, Any]) -> int | None:
+    """Positions a model config says the model was trained for (None when it does not say)."""
+    for source in (config, config.get("text_config") or {}):
+        for key in POSITION_KEYS:
+            if source.get(key):
+                return int(source[key])
+    return None
 
 
 def vocab_size_of(model: PreTrainedModel) -> int:
@@ -50,6 +61,7 @@ class ModelRunner:
         self.role = role
         self.device = next(model.parameters()).device
         self.vocab_size = vocab_size_of(model)
+        self.context_limit = context_limit_of(model.config.to_dict())
         self.forwards = 0
         # what is called for logits: the model, or the model with a CPU-friendly head
         self.net = head_for(self.model, head)
