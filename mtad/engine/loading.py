@@ -187,7 +187,7 @@ def check_placement(spec: ModelSpec, model: PreTrainedModel, device: str) -> Non
     if not stray or (spec.allow_offload and kind == "cuda"):
         return
     offloaded = [d for d in stray if d in OFFLOAD_DEVICES]
-    if offloaded and kind == "cuda":
+    if offloaded and kind == "cuda" and getattr(model, "hf_device_map", None):
         raise PlacementError(
             f"{spec.path or spec.loader}: device_map {spec.device_map!r} offloaded part of the "
             f"model to {'/'.join(offloaded)} (it does not fit max_memory on GPUs "
