@@ -106,11 +106,16 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def reset_peak_memory() -> None:
-    """Start this run's peak GPU memory count (read by :func:`placement`)."""
+def reset_peak_memory() -> dict[str, int]:
+    """Start this run's peak GPU memory count (read by :func:`placement`); returns the GPU
+    memory allocated before this run loads anything, per GPU (the previous run's leftovers:
+    0 when it freed everything)."""
+    before: dict[str, int] = {}
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             torch.cuda.reset_peak_memory_stats(index)
+            before[f"cuda:{index}"] = int(torch.cuda.memory_allocated(index))
+    return before
 
 
 def gpu_ids(pair: LoadedPair) -> list[int]:

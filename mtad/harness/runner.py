@@ -128,7 +128,7 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
     overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
     generation.configure_torch(rc.runtime)
 
-    generation.reset_peak_memory()
+    memory_before_load = generation.reset_peak_memory()
     with _timer(overhead, "load_models"):
         pair = generation.load_models(prep)
     generator = generation.text_generator(prep, pair)
@@ -168,7 +168,10 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         records, timings = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics["lm_head"] = {r.role: r.head for r in (pair.target, pair.draft) if r is not None}
-        metrics["placement"] = generation.placement(pair)
+        metrics["placement"] = {
+            **generation.placement(pair),
+            "gpu_memory_before_load_bytes": memory_before_load,
+        }
         metrics["wandb"] = logger.info()
         write_outputs(prep, records, timings)
         logger.log_result(wandb_summary(metrics), rows)
