@@ -73,7 +73,7 @@ def _hooked(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-@pytest.mark.parametrize("outcome", ["success", "failure"])
+@pytest.mark.parametrize("outcome", ["success", "failure", "overflow"])
 def test_models_are_freed_after_each_run_hooked_or_not(
     outcome: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,12 +91,14 @@ def test_models_are_freed_after_each_run_hooked_or_not(
         return pair
 
     monkeypatch.setattr(mtad.engine.loading, "load_pair", load_pair_hooked)
-    if outcome == "failure":
+    if outcome != "success":
         real_call = TextGenerator.__call__
+        # a plain failure, or one the harness re-raises as a ConfigError chained to it
+        error = RuntimeError if outcome == "failure" else ContextOverflow
 
         def call_then_fail(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
             real_call(self, *args, **kwargs)
-            raise RuntimeError("injected failure after decoding")  # frames hold the models
+            raise error("injected failure after decoding")  # frames hold the models
 
         monkeypatch.setattr(TextGenerator, "__call__", call_then_fail)
 
@@ -111,6 +113,9 @@ def test_models_are_freed_after_each_run_hooked_or_not(
         )
         if outcome == "failure":
             with pytest.raises(RuntimeError, match="injected failure"):
+                run(cfg)
+        elif outcome == "overflow":
+            with pytest.raises(ConfigError, match="^task: task prompts: injected failure"):
                 run(cfg)
         else:
             assert run(cfg).status == "done"

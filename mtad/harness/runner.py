@@ -109,9 +109,7 @@ def run(cfg: DictConfig) -> RunOutcome:
                 return _execute(prep, t0)
             except Exception as err:
                 write_failure(prep, err, owner)
-                # The traceback's frames hold the models (pair, decoder, runners): clear them
-                # so that release_memory below frees the models of a failed run too.
-                traceback.clear_frames(err.__traceback__)
+                _clear_frames(err)
                 raise
             finally:
                 # Success or failure, the next job of an in-process sweep (basic launcher)
@@ -243,6 +241,21 @@ def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
             print(
                 f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
             )
+
+
+def _clear_frames(err: BaseException) -> None:
+    """The tracebacks' frames (of ``err`` and of the exceptions it chains) hold the failed
+    run's models (pair, decoder, runners): clear their locals so that ``release_memory`` frees
+    the models of a failed run too. The traceback text is kept."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        todo += [exc.__cause__, exc.__context__]
 
 
 @contextmanager
