@@ -379,14 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default=None, help="default: cuda when usable, else cpu")
     ap.add_argument("--quick", action="store_true", help="skip the harness sweep")
-    ap.add_argument("--only", default=None, help="run the checks whose name contains this")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated: run the checks whose name contains one"
+    )
     args = ap.parse_args(argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     print(f"gpu_check on {device}: torch {torch.__version__}, CUDA build {torch.version.cuda}")
     passed = failed = skipped = 0
     for name, check in all_checks(args.quick):
-        if args.only and args.only not in name:
+        if args.only and not any(part in name for part in args.only.split(",")):
             continue
         start = time.perf_counter()
         try:

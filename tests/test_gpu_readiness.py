@@ -338,3 +338,30 @@ def test_inplace_reorder_writes_fewer_cache_bytes(tiny_llama) -> None:  # noqa: 
     beam, gamma = 4, 4  # the method's defaults
     assert rows["copy"] >= beam * (2 * gamma - 1)
     assert rows["inplace"] <= beam * (gamma - 1) + 2.5  # + the feed and the winner
+
+
+# --------------------------------------------------------------------------------------------
+# the prepared GPU check
+
+
+def test_gpu_check_runs_here_and_skips_what_needs_cuda() -> None:
+    """The fast checks (the full one takes minutes: README "Running on GPUs")."""
+    done = subprocess.run(
+        ["bash", "scripts/gpu_check.sh", "--only", "environment,nvml,tree,chi-square,cuda"],
+        cwd=REPO,
+        env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    verdicts = {line.split(":", 1)[0] for line in lines[1:-1]}
+    assert all(v.split()[0] in ("PASS", "SKIP") for v in verdicts), lines
+    if not torch.cuda.is_available():
+        assert "SKIP environment" in verdicts and "SKIP nvml energy" in verdicts
+        assert "SKIP sps/specinfer chi-square" in verdicts
+        assert "SKIP cuda fp32 == cpu fp32" in verdicts
+    assert "PASS tree mask == sequential" in verdicts
+    passed, failed = (int(x.split()[0]) for x in lines[-1].split(" (")[0].split(", "))
+    assert failed == 0 and passed == sum(v.startswith("PASS") for v in verdicts)
