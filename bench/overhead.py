@@ -10,6 +10,11 @@ and ``sps`` on the same prompts and seeds; methods run interleaved prompt by pro
     python -m bench.overhead --methods all --prompts 12 --max-new 128
     python -m bench.overhead --greedy              # temperature 0 for every method
     python -m bench.overhead --pair tiny           # seconds; the random test pair
+    python -m bench.overhead --reorder copy,inplace  # beam cache reorder before/after (#18)
+
+``--reorder`` runs every method once per cache-reorder mode of :class:`mtad.engine.ModelRunner`
+(``copy``: transformers' ``reorder_cache`` / ``batch_repeat_interleave``, the code before issue
+18; ``inplace``: only the drafted positions move), interleaved like the methods.
 """
 
 from __future__ import annotations
@@ -40,23 +45,34 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     bp = common.load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
     prompts = common.load_prompts(args, bp.tokenizer)
     sampling = {"temperature": 0.0} if args.greedy else {}
+    reorders = [r.strip() for r in args.reorder.split(",") if r.strip()]
+    labels = {(f"{m}/{r}" if len(reorders) > 1 else m): (m, r) for m in methods for r in reorders}
     decoders = {
-        m: Decoder(
+        label: Decoder(
             build_method(m, **sampling),
             bp.target,
             bp.draft,
             eos_token_ids=common.eos_ids(bp),
             seed=args.seed,
         )
-        for m in methods
+        for label, (m, _) in labels.items()
     }
+
+    def use_reorder(label: str) -> None:
+        for runner in (bp.target, bp.draft):
+            if runner is not None:
+                runner.reorder = labels[label][1]
+
     clock = common.pair_clock(bp)
-    for dec in decoders.values():  # warm-up: first-call allocations, lazy inits
+    for label, dec in decoders.items():  # warm-up: first-call allocations, lazy inits
+        use_reorder(label)
         dec.generate(prompts[0].ids, 4, seed=args.seed)
+    methods = list(labels)
     stats: dict[str, list[DecodeStats]] = {m: [] for m in methods}
     fwd: dict[str, dict[str, float]] = {m: {"target": 0.0, "draft": 0.0} for m in methods}
     for i, prompt in enumerate(prompts):
         for m, dec in decoders.items():
+            use_reorder(m)
             clock.reset()
             out = dec.generate(prompt.ids, args.max_new, seed=args.seed + i)
             stats[m].append(out.stats)
@@ -88,8 +104,12 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, seeds {args.seed}.., {mode}")
-    ar = results.get("ar", {}).get("tokens_per_s", float("nan"))
-    sps = results.get("sps", {}).get("tokens_per_s", float("nan"))
+
+    def rate_of(method: str) -> float:  # the method's first label (reorder does not touch it)
+        found = [results[k]["tokens_per_s"] for k, (m, _) in labels.items() if m == method]
+        return found[0] if found else float("nan")
+
+    ar, sps = rate_of("ar"), rate_of("sps")
     rows = []
     for m, r in results.items():
         s = r["stats"]
@@ -141,6 +161,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})",
     )
     ap.add_argument("--greedy", action="store_true", help="temperature 0 for every method")
+    ap.add_argument(
+        "--reorder",
+        default="inplace",
+        help="comma-separated cache reorder modes to compare: copy (before #18), inplace",
+    )
     ap.add_argument("--verbose", action="store_true")
     return run(ap.parse_args(argv))
 

@@ -61,6 +61,30 @@ class RecipeSweeper(Sweeper):
             hydra_context=hydra_context, task_function=task_function, config=config
         )
 
+    def _check_host_device(self) -> None:
+        """A launcher that runs the jobs on this host (basic, joblib) needs the preset's device
+        here: one line up front (exit 2) instead of a failed.json per job, minutes later. A
+        cluster launcher (submitit) checks the device where each job runs."""
+        from mtad.harness.cli import report_config_error
+        from mtad.harness.config import ConfigError
+        from mtad.harness.preflight import check_device
+
+        assert self.config is not None
+        launcher = str(self.config.hydra.launcher.get("_target_", ""))
+        if self.dry_run or "submitit" in launcher.lower():
+            return
+        try:
+            check_device(str(self.config.runtime.device))
+        except ConfigError as err:
+            where = launcher.rsplit(".", 1)[-1] or "this launcher"
+            report_config_error(
+                ConfigError(
+                    err.key,
+                    f"{str(err).split(': ', 1)[1]} ({where} runs the jobs on this host; launch "
+                    "on a GPU machine or with a cluster launcher, e.g. hydra/launcher=slurm_2gpu)",
+                )
+            )
+
     def _compose(self, overrides: Sequence[str]) -> DictConfig:
         assert self.hydra_context is not None and self.config is not None
         return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
@@ -70,6 +94,7 @@ class RecipeSweeper(Sweeper):
         from mtad.paper.status import CachedComposer
 
         assert self.config is not None and self.launcher is not None
+        self._check_host_device()
         compose = CachedComposer(self._compose)
         plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
         print(describe(plan, verbose=self.dry_run), flush=True)

@@ -2,10 +2,20 @@
 
 Loaders: ``hub`` / ``local`` (``from_pretrained``), ``smollm2_gguf``
 (:mod:`mtad.engine.smollm2`) and ``tiny`` (random models built in code, :mod:`mtad.engine.tiny`).
+
+Placement has one rule: ``runtime.device`` decides where every model
+lives; a pair's ``device_map`` only says how a model spreads over GPUs when that device is a GPU
+(accelerate's big-model inference, ``from_pretrained(device_map=..., max_memory=...)``), over
+``gpus`` GPUs from the one ``runtime.device`` names, each within ``max_memory``. A model that
+would not fit and be offloaded to CPU or disk (10-100x slower, and no error from transformers)
+is refused unless ``allow_offload`` is set (:func:`check_placement`). So a hub pair run with
+``runtime.device=cpu`` is all on the CPU, never target on a GPU and draft on the CPU.
+:func:`placement` says where each model went, for ``metrics.json``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +52,11 @@ class ModelSpec:
     loader: str = "hub"
     path: str | None = None
     dtype: str = "float32"
-    device_map: str | None = None
+    device_map: str | None = None  # accelerate's strategy over GPUs: auto, balanced, ...
     tiny: dict[str, Any] = field(default_factory=dict)
+    gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
+    max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
+    allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
 
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:
@@ -52,6 +65,10 @@ class ModelSpec:
             raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
         if self.loader in ("hub", "local") and not self.path:
             raise ValueError(f"path is required for loader {self.loader!r}")
+        if self.gpus is not None and self.gpus < 1:
+            raise ValueError(f"gpus must be >= 1 or null, got {self.gpus}")
+        if self.max_memory is not None:
+            parse_bytes(self.max_memory)  # "max_memory: not a size like 70GiB" otherwise
 
 
 @dataclass
@@ -69,10 +86,12 @@ def resolve_path(path: str) -> str:
 def load_model(
     spec: ModelSpec, device: str = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
-    """Load one model (and its tokenizer when the source has one) as ``spec`` says."""
+    """Load one model (and its tokenizer when the source has one) as ``spec`` says, where
+    :func:`placement_device` puts it; raise :class:`PlacementError` for an unwanted offload."""
     dtype_name, _ = choose_dtype(spec.dtype, device)  # "auto": by the CPU's bfloat16 support
     dtype = DTYPES[dtype_name]
     tokenizer: PreTrainedTokenizerBase | None = None
+    dispatched = False
     if spec.loader == "tiny":
         params = {"family": "llama", "size": "target", "vocab_size": 320, "seed": 0}
         params.update(spec.tiny or {})
@@ -87,8 +106,10 @@ def load_model(
         if spec.loader == "local" and not Path(path).is_dir():
             raise FileNotFoundError(f"path: model folder {path} does not exist")
         kwargs: dict[str, Any] = {"dtype": dtype}
-        if spec.device_map:
+        if spec.device_map and device_kind(device) == "cuda":
+            dispatched = True
             kwargs["device_map"] = spec.device_map
+            kwargs["max_memory"] = gpu_budget(spec, device)
         model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         if spec.loader == "local" and (vocab := read_vocab(path)) is not None:
             restrict_vocab(model, vocab)  # FR-Spec draft vocabulary (mtad.engine.subvocab)
@@ -96,9 +117,111 @@ def load_model(
             tokenizer = AutoTokenizer.from_pretrained(path)
         except (OSError, ValueError):
             tokenizer = None  # drafts shipped without a tokenizer share the target's
-    if not spec.device_map:
+    if not dispatched:
         model = model.to(device)
+    check_placement(spec, model, device)
     return model.eval(), tokenizer
+
+
+# --------------------------------------------------------------------------------------------
+# placement
+
+
+class PlacementError(RuntimeError):
+    """A model is not where ``runtime.device`` and the pair's placement keys say it must be."""
+
+
+# What a device_map may fill of a GPU's free memory: the rest is for KV caches and activations.
+GPU_HEADROOM_FRACTION = 0.1
+OFFLOAD_DEVICES = ("cpu", "disk", "meta")
+
+
+def device_kind(device: str | torch.device) -> str:
+    return str(device).split(":", 1)[0]
+
+
+def allowed_gpus(spec: ModelSpec, device: str) -> list[int]:
+    """GPU indices a device_map may use: ``spec.gpus`` of them (null: all) from the index
+    ``device`` names (``cuda`` = ``cuda:0``)."""
+    start = int(device.split(":", 1)[1]) if ":" in device else 0
+    count = torch.cuda.device_count() - start
+    return list(range(start, start + min(count, spec.gpus or count)))
+
+
+def gpu_budget(spec: ModelSpec, device: str) -> dict[int | str, int]:
+    """accelerate's ``max_memory`` for ``spec``: per allowed GPU, ``spec.max_memory`` capped by
+    what is free now minus :data:`GPU_HEADROOM_FRACTION` of the card (so a draft loaded after
+    its target fits beside it), and no CPU or disk unless ``allow_offload``."""
+    budget: dict[int | str, int] = {}
+    for index in allowed_gpus(spec, device):
+        free, total = torch.cuda.mem_get_info(index)
+        room = int(free - GPU_HEADROOM_FRACTION * total)
+        if spec.max_memory is not None:
+            room = min(room, parse_bytes(spec.max_memory))
+        budget[index] = max(room, 0)
+    if not spec.allow_offload:
+        budget["cpu"] = 0
+    return budget
+
+
+def parse_bytes(size: str) -> int:
+    """``"70GiB"`` -> bytes (``GiB`` and ``GB`` both mean 2**30, as accelerate reads them)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT])i?B", size)
+    if m is None:
+        raise ValueError(f"max_memory: not a size like 70GiB: {size!r}")
+    return int(float(m.group(1)) * 1024 ** ("KMGT".index(m.group(2)) + 1))
+
+
+def model_devices(model: PreTrainedModel) -> list[str]:
+    """Devices holding the model's weights: accelerate's ``hf_device_map`` values when it was
+    dispatched (``cpu`` / ``disk`` there are offloaded modules), else its parameters' devices."""
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map:
+        found = {str(d) if not isinstance(d, int) else f"cuda:{d}" for d in device_map.values()}
+    else:
+        found = {str(p.device) for p in model.parameters()}
+    return sorted(found)
+
+
+def check_placement(spec: ModelSpec, model: PreTrainedModel, device: str) -> None:
+    """Every weight on ``device``'s kind: refuse a model offloaded to CPU or disk (unless
+    ``allow_offload``) or on another device kind than ``runtime.device``."""
+    devices = model_devices(model)
+    kind = device_kind(device)
+    stray = [d for d in devices if device_kind(d) != kind]
+    if not stray or (spec.allow_offload and kind == "cuda"):
+        return
+    offloaded = [d for d in stray if d in OFFLOAD_DEVICES]
+    if offloaded and kind == "cuda" and getattr(model, "hf_device_map", None):
+        raise PlacementError(
+            f"{spec.path or spec.loader}: device_map {spec.device_map!r} offloaded part of the "
+            f"model to {'/'.join(offloaded)} (it does not fit max_memory on GPUs "
+            f"{allowed_gpus(spec, device)}); give it more GPUs (gpus) or memory (max_memory), "
+            "or set allow_offload=true to accept a 10-100x slower run"
+        )
+    raise PlacementError(
+        f"{spec.path or spec.loader}: weights on {', '.join(stray)} but runtime.device={device}"
+    )
+
+
+def placement(target: PreTrainedModel, draft: PreTrainedModel | None) -> dict[str, Any]:
+    """Where the models are (``metrics.json`` ``placement``): per role the devices and
+    accelerate's ``hf_device_map`` (module -> device, when dispatched), and the GPUs used."""
+    out: dict[str, Any] = {}
+    gpus: set[str] = set()
+    for role, model in (("target", target), ("draft", draft)):
+        if model is None:
+            continue
+        devices = model_devices(model)
+        gpus |= {d for d in devices if device_kind(d) == "cuda"}
+        device_map = getattr(model, "hf_device_map", None)
+        out[role] = {
+            "devices": devices,
+            "hf_device_map": {k: str(v) for k, v in device_map.items()} if device_map else None,
+        }
+    out["gpu_ids"] = sorted(torch.device(d).index or 0 for d in gpus)
+    out["gpus_used"] = len(gpus)
+    return out
 
 
 def load_pair(

@@ -205,6 +205,10 @@ class DecodingMethod(ABC):
             check_same_vocab(target.model, draft.model)
 
 
+class ContextOverflow(ValueError):
+    """A prompt plus its token budget does not fit a model's context (positions)."""
+
+
 class Decoder:
     """Runs a :class:`DecodingMethod` on a target (and draft) for one prompt at a time."""
 
@@ -242,6 +246,7 @@ class Decoder:
                 runner.reset()
         stats = DecodeStats()
         capacity = prompt.numel() + max_new_tokens + self.method.max_step_tokens
+        self._check_context(prompt.numel(), max_new_tokens, capacity)
         ctx = DecodeContext(self.target, self.draft, prompt, capacity, generator, stats)
         new: list[int] = []
         stopped_by = "max_new_tokens"
@@ -261,6 +266,17 @@ class Decoder:
         stats.target_forwards = self.target.forwards
         stats.draft_forwards = self.draft.forwards if self.draft is not None else 0
         return GenerationOutput(new, stats, stopped_by)
+
+    def _check_context(self, prompt_len: int, max_new_tokens: int, capacity: int) -> None:
+        """Refuse, before any forward, a generation that could run past a model's context."""
+        for runner in (self.target, self.draft):
+            limit = getattr(runner, "context_limit", None)
+            if limit is not None and capacity > limit:
+                raise ContextOverflow(
+                    f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} + a block "
+                    f"of {self.method.max_step_tokens} exceed the {limit}-position context of "
+                    f"the {runner.role}"
+                )
 
     def _commit(
         self, ctx: DecodeContext, result: StepResult, new: list[int], max_new_tokens: int

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+from transformers.cache_utils import DynamicLayer
 
 from mtad.engine.heads import CPUHeadLM, head_for
 
@@ -21,6 +22,17 @@ from mtad.engine.heads import CPUHeadLM, head_for
 # passes a 4-D mask through untouched): the ones tree verification may use. FlashAttention
 # kernels take no arbitrary mask, so a tree forward there would silently attend causally.
 TREE_ATTENTION_IMPLS = ("eager", "sdpa")
+# Config keys that hold a model's trained context length, in the order transformers' families use.
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length")
+
+
+def context_limit_of(config: dict[str, Any]) -> int | None:
+    """Positions a model config says the model was trained for (None when it does not say)."""
+    for source in (config, config.get("text_config") or {}):
+        for key in POSITION_KEYS:
+            if source.get(key):
+                return int(source[key])
+    return None
 
 
 def vocab_size_of(model: PreTrainedModel) -> int:
@@ -47,11 +59,23 @@ class ModelRunner:
     drafted tokens), so catching up is always "feed ``ids[cache_len:]``".
     """
 
-    def __init__(self, model: PreTrainedModel, role: str = "model", head: str = "auto") -> None:
+    REORDERS = ("inplace", "copy")
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        role: str = "model",
+        head: str = "auto",
+        reorder: str = "inplace",
+    ) -> None:
+        if reorder not in self.REORDERS:
+            raise ValueError(f"reorder must be one of {self.REORDERS}, got {reorder!r}")
+        self.reorder = reorder
         self.model = model.eval()
         self.role = role
         self.device = next(model.parameters()).device
         self.vocab_size = vocab_size_of(model)
+        self.context_limit = context_limit_of(model.config.to_dict())
         self.forwards = 0
         # what is called for logits: the model, or the model with a CPU-friendly head
         self.net = head_for(self.model, head)
@@ -67,6 +91,7 @@ class ModelRunner:
         """Empty the cache and the forward counter (start of a new prompt)."""
         self.cache = DynamicCache(config=self.model.config)
         self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
+        self._shared_len = 0  # leading cache positions identical in every row (see rows)
         self.forwards = 0
         self.sliding_window = sliding_window_of(self.cache)
 
@@ -216,17 +241,69 @@ class ModelRunner:
             # transformers >= 5 takes a negative count of tokens to drop (4.x accepted it too).
             self.cache.crop(-remove)
             self.cached_ids = self.cached_ids[:, :length]
+            self._shared_len = min(self._shared_len, length)
 
+    @property
+    def shared_len(self) -> int:
+        """Leading cache positions that hold the same keys/values in every row."""
+        return self.cache_len if self.rows == 1 else self._shared_len
+
+    def _plain_layers(self) -> bool:
+        layers = getattr(self.cache, "layers", None)
+        return bool(layers) and all(
+            type(layer) is DynamicLayer and layer.is_initialized for layer in layers
+        )
+
+    @torch.inference_mode()
     def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep / reorder cache rows by index (beam reorder or picking the winning beam)."""
-        self.cache.reorder_cache(rows)
+        """Keep / reorder cache rows by index (beam reorder or picking the winning beam).
+
+        In place (``reorder="inplace"``, plain layers, no more rows than now): the positions
+        after :attr:`shared_len` of the chosen rows are gathered into the first
+        ``len(rows)`` rows and the cache narrowed to them (a view); the shared context, the
+        same in every row, is not touched. Otherwise transformers' ``reorder_cache``.
+        """
+        n = rows.numel()
+        shared = self.shared_len
+        if self.reorder == "inplace" and n <= self.rows and self._plain_layers():
+            for layer in self.cache.layers:
+                layer.keys = _gather_rows_after(layer.keys, rows, shared)
+                layer.values = _gather_rows_after(layer.values, rows, shared)
+        else:
+            self.cache.reorder_cache(rows)
         self.cached_ids = self.cached_ids.index_select(0, rows)
+        # any choice of rows that share a prefix shares it
+        self._shared_len = shared
 
     def repeat_rows(self, n: int) -> None:
-        """Turn a one-row cache into ``n`` identical rows (the start of a beam search)."""
-        if n != 1:
+        """Turn a one-row cache into ``n`` identical rows (the start of a beam search).
+
+        In place: the rows are a broadcast view of the one row; the next forward's cache append
+        (a ``torch.cat``) writes them out once, as it would have copied them anyway."""
+        if n == 1:
+            return
+        if self.rows != 1:
+            raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
+        if self.reorder == "inplace" and self._plain_layers():
+            for layer in self.cache.layers:
+                layer.keys = layer.keys.expand(n, -1, -1, -1)
+                layer.values = layer.values.expand(n, -1, -1, -1)
+        else:
             self.cache.batch_repeat_interleave(n)
-            self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+        self._shared_len = self.cache_len
+        self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+
+
+def _gather_rows_after(t: torch.Tensor, rows: torch.Tensor, start: int) -> torch.Tensor:
+    """``t[rows]`` for a ``[batch, heads, seq, dim]`` cache tensor whose rows agree on the first
+    ``start`` positions: only the positions after ``start`` are moved, into the first
+    ``len(rows)`` rows of ``t`` itself; returns those rows (a view)."""
+    n = rows.numel()
+    if t.shape[-2] > start:
+        if t.stride(0) == 0:  # still the broadcast view of repeat_rows: give it its own rows
+            t = t.contiguous()
+        t[:n, :, start:].copy_(t[:, :, start:].index_select(0, rows.to(t.device)))
+    return t[:n]
 
 
 def sliding_window_of(cache: DynamicCache) -> int | None:

@@ -24,6 +24,7 @@ TINY_BOS, TINY_EOS, TINY_PAD = 256, 257, 258
 
 TINY_TARGET = {"hidden": 64, "layers": 4, "heads": 4, "kv_heads": 2, "ffn": 128}
 TINY_DRAFT_LAYERS = 1
+TINY_MAX_POSITIONS = 2048  # like OPT's learned positions: the context guard's test case
 TINY_SIZES = ("target", "draft")
 
 
@@ -34,7 +35,7 @@ def _tiny_config(family: str, vocab_size: int, layers: int) -> PretrainedConfig:
         hidden_size=s["hidden"],
         num_hidden_layers=layers,
         num_attention_heads=s["heads"],
-        max_position_embeddings=2048,
+        max_position_embeddings=TINY_MAX_POSITIONS,
     )
     if vocab_size > TINY_PAD:  # the byte tokenizer's specials exist only in full-size vocabularies
         common.update(bos_token_id=TINY_BOS, eos_token_id=TINY_EOS, pad_token_id=TINY_PAD)

@@ -77,6 +77,9 @@ class ModelSpecConfig:
     dtype: str = "float32"
     device_map: str | None = None
     tiny: dict[str, Any] = field(default_factory=dict)
+    gpus: int | None = None
+    max_memory: str | None = None
+    allow_offload: bool = False
 
 
 @dataclass

@@ -29,11 +29,28 @@ CPU_MODES = {
 J_PER_KWH = 3.6e6
 
 
-class EnergyMeter:
-    """Wraps one codecarbon tracker; ``tracker: none`` makes every call a no-op."""
+def nvml_missing_warning(device: str) -> str:
+    return (
+        f"runtime.device={device} but codecarbon measured no GPU (NVML missing or failing): "
+        "gpu_kwh is 0 and J/token leaves the GPU out"
+    )
 
-    def __init__(self, cfg: EnergyConfig) -> None:
+
+class EnergyMeter:
+    """Wraps one codecarbon tracker; ``tracker: none`` makes every call a no-op.
+
+    ``device`` is ``runtime.device`` and ``gpu_ids`` the GPUs the job's models occupy: codecarbon
+    meters those only (by default it meters every visible GPU, a neighbour's job included). A
+    GPU run that codecarbon cannot meter (no NVML) is recorded as ``gpu_mode: none`` with a
+    ``warning``, not as a run whose GPU used no energy.
+    """
+
+    def __init__(
+        self, cfg: EnergyConfig, device: str = "cpu", gpu_ids: list[int] | None = None
+    ) -> None:
         self.cfg = cfg
+        self.device = device
+        self.gpu_ids = gpu_ids
         self.tracker: BaseEmissionsTracker | None = None
         self.init_s = 0.0
 
@@ -58,6 +75,8 @@ class EnergyMeter:
             "tracking_mode": self.cfg.tracking_mode,
             "allow_multiple_runs": True,  # sweeps in parallel (joblib) run several trackers
         }
+        if self.gpu_ids:
+            common["gpu_ids"] = list(self.gpu_ids)
         if self.cfg.tracker == "offline":
             self.tracker = OfflineEmissionsTracker(
                 country_iso_code=self.cfg.country_iso_code, **common
@@ -124,9 +143,13 @@ class EnergyMeter:
                 ram_mode = "estimate"
             elif kind in ("AppleSiliconChip", "Raspberry"):
                 cpu_mode = kind.lower()
-        return {
+        modes: dict[str, Any] = {
             "cpu_mode": cpu_mode,
             "gpu_mode": gpu_mode,
             "ram_mode": ram_mode,
             "hardware": [hw.description() for hw in hardware],
+            "gpu_ids": self.gpu_ids,
         }
+        if gpu_mode == "none" and self.device.startswith("cuda"):
+            modes["warning"] = nvml_missing_warning(self.device)
+        return modes

@@ -99,18 +99,58 @@ class Progress:
 
 
 def release_memory() -> None:
-    """The failed run's models die with its frames; give their memory back before the next job
-    of an in-process (basic launcher) sweep loads its own."""
+    """Give a finished run's memory back before the next job of an in-process (basic launcher)
+    sweep loads its own. A model dispatched by accelerate holds a reference cycle (its hooks set
+    ``module.forward = partial(new_forward, module)``), so only the cycle collector frees it;
+    then the CUDA caching allocator returns the freed blocks to the driver."""
     gc.collect()
     if torch.cuda.is_available():
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
+
+
+def reset_peak_memory() -> dict[str, int]:
+    """Start this run's peak GPU memory count (read by :func:`placement`); returns the GPU
+    memory allocated before this run loads anything, per GPU (the previous run's leftovers:
+    0 when it freed everything)."""
+    before: dict[str, int] = {}
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.reset_peak_memory_stats(index)
+            before[f"cuda:{index}"] = int(torch.cuda.memory_allocated(index))
+    return before
+
+
+def gpu_ids(pair: LoadedPair) -> list[int]:
+    """Indices of the GPUs the pair's models occupy (what codecarbon meters)."""
+    draft = pair.draft.model if pair.draft is not None else None
+    return list(loading.placement(pair.target.model, draft)["gpu_ids"])
+
+
+def placement(pair: LoadedPair) -> dict[str, Any]:
+    """``metrics.json`` ``placement``: devices and ``hf_device_map`` per role, GPUs used, and
+    the peak GPU memory per used GPU over load, warm-up and generation (bytes)."""
+    target = pair.target.model
+    draft = pair.draft.model if pair.draft is not None else None
+    out = loading.placement(target, draft)
+    peaks: dict[str, int] = {}
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            peak = torch.cuda.max_memory_allocated(index)
+            if peak:
+                peaks[f"cuda:{index}"] = int(peak)
+    out["peak_gpu_memory_bytes"] = peaks
+    return out
 
 
 __all__ = [
     "Progress",
     "configure_torch",
+    "gpu_ids",
     "load_models",
+    "placement",
     "release_memory",
+    "reset_peak_memory",
     "task_kwargs",
     "text_generator",
     "warmup",

@@ -51,6 +51,37 @@ def check_device(device: str) -> None:
         raise ConfigError("runtime.device", "mps is not available on this machine; use cpu")
 
 
+# accelerate's placement strategies: what a pair's device_map may say. Where the models live is
+# runtime.device's choice alone (mtad.engine.loading), so a device_map never names a device.
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_placement(device: str, models: dict[str, ModelSpec]) -> None:
+    """One rule for ``runtime.device`` and the pairs' ``device_map``: the device decides where
+    every model lives, a device_map only how a model spreads over the GPUs from that device on.
+    Refused: a device_map naming a device (``cpu`` with a cuda run would split draft and target
+    across device kinds) and more GPUs (``gpus``) than the machine shows from that device on."""
+    import torch  # heavy: see the imports at the top
+
+    kind, _, index = device.partition(":")
+    for role, spec in models.items():
+        key = f"pair.{role}.device_map"
+        if spec.device_map is not None and spec.device_map not in DEVICE_MAP_STRATEGIES:
+            raise ConfigError(
+                key,
+                f"{spec.device_map!r} names a device, but where models live is runtime.device "
+                f"({device}) alone; use one of {', '.join(DEVICE_MAP_STRATEGIES)} or null",
+            )
+        if kind != "cuda" or not spec.device_map or spec.gpus is None:
+            continue
+        seen = torch.cuda.device_count() - int(index or 0)
+        if spec.gpus > seen:
+            raise ConfigError(
+                f"pair.{role}.gpus",
+                f"{spec.gpus} GPUs from {device} on, but this machine shows {max(seen, 0)}",
+            )
+
+
 def check_token_budget(method_params: dict[str, Any], max_new_tokens: int | None) -> None:
     """A block (``gamma``, or the tree depth ``len(branching)``) longer than the whole token
     budget drafts tokens that can never be kept, and with a large gamma runs for minutes."""
@@ -171,12 +202,18 @@ def _hub_cached_config(repo: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def vocab_size(spec: ModelSpec) -> int | None:
-    """The model's output vocabulary from its config (no weights), None when unknown here."""
+def model_config(spec: ModelSpec) -> dict[str, Any] | None:
+    """The model's ``config.json`` (no weights), None when unknown here (a hub model not in
+    the cache, SmolLM2 before its first conversion). Tiny models: the fields preflight reads."""
     from mtad.engine.loading import resolve_path  # torch: see the imports at the top
 
     if spec.loader == "tiny":
-        return int((spec.tiny or {}).get("vocab_size", 320))
+        from mtad.engine.tiny import TINY_MAX_POSITIONS  # torch, as above
+
+        return {
+            "vocab_size": int((spec.tiny or {}).get("vocab_size", 320)),
+            "max_position_embeddings": TINY_MAX_POSITIONS,
+        }
     folder: Path | None = None
     if spec.loader == "local":
         folder = Path(resolve_path(spec.path or ""))
@@ -196,8 +233,42 @@ def vocab_size(spec: ModelSpec) -> int | None:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return None
+    return config if isinstance(config, dict) else None
+
+
+def vocab_size(spec: ModelSpec) -> int | None:
+    """The model's output vocabulary from its config (no weights), None when unknown here."""
+    config = model_config(spec) or {}
     size = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
     return int(size) if size is not None else None
+
+
+def context_limit(spec: ModelSpec) -> int | None:
+    """Positions the model was trained for (``max_position_embeddings``; GPT-2 style
+    ``n_positions``), None when unknown here."""
+    from mtad.engine.runner import context_limit_of  # torch: see the imports at the top
+
+    return context_limit_of(model_config(spec) or {})
+
+
+def check_context(
+    task: str, max_new_tokens: int | None, block: int, models: dict[str, ModelSpec]
+) -> None:
+    """The token budget plus one block must fit every model's context: past it, learned
+    positions (OPT: 2048) index out of range (on CUDA a device-side assert that poisons every
+    later job of the process) and rotary ones decode far outside what the model was trained
+    on. Each prompt's own length is checked again before it is decoded
+    (:class:`mtad.engine.loop.Decoder`)."""
+    if max_new_tokens is None:
+        return
+    for role, spec in models.items():
+        limit = context_limit(spec)
+        if limit is not None and max_new_tokens + block > limit:
+            raise ConfigError(
+                "task.max_new_tokens",
+                f"task {task}: {max_new_tokens} new tokens + a block of {block} exceed the "
+                f"{limit}-position context of pair.{role}",
+            )
 
 
 def check_vocab(target: ModelSpec, draft: ModelSpec) -> None:

@@ -24,6 +24,7 @@ from mtad.tasks.base import Task
 
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
+    from mtad.engine.loading import ModelSpec
 
 
 @dataclass
@@ -67,6 +68,14 @@ def prepare(
         raise ConfigError("pair.draft", f"method {spec.method_name!r} needs a draft model")
     if host_checks:
         _check_models(spec, method.uses_draft)
+        models = _models(spec, method.uses_draft)
+        preflight.check_placement(rc.runtime.device, models)
+        preflight.check_context(
+            spec.task_name,
+            getattr(task, "max_new_tokens", None),
+            method.max_step_tokens,
+            models,
+        )
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     config.pop("hydra", None)
@@ -91,6 +100,14 @@ def prepare(
     if rc.logger.name == "wandb" and rc.logger.mode != "disabled":
         preflight.check_writable("logger.dir", Path(rc.logger.dir))
     return Prepared(spec, config, task, method, signature, folder)
+
+
+def _models(spec: RunSpec, uses_draft: bool) -> dict[str, ModelSpec]:
+    """The models the run loads, by role (the draft only when the method uses it)."""
+    models = {"target": spec.target}
+    if uses_draft and spec.draft is not None:
+        models["draft"] = spec.draft
+    return models
 
 
 def _check_models(spec: RunSpec, uses_draft: bool) -> None:

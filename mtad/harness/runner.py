@@ -43,9 +43,11 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from mtad.engine.loop import ContextOverflow
 from mtad.harness import generation
 from mtad.harness.callbacks import write_pointer
 from mtad.harness.claims import ClaimHeld, claim, describe
+from mtad.harness.config import ConfigError
 from mtad.harness.energy import EnergyMeter
 from mtad.harness.prepare import Prepared, prepare
 from mtad.harness.records import (
@@ -86,8 +88,10 @@ class RunOutcome:
 def run(cfg: DictConfig) -> RunOutcome:
     """Run one configured run, or skip it when its result folder is complete or claimed.
 
-    Raises :class:`ConfigError` for bad input (nothing written). Any other exception is
-    recorded in ``failed.json`` in the result folder, then re-raised.
+    Raises :class:`ConfigError` for bad input (nothing written, except for a prompt longer than
+    the models' context, found once the tokenizer is loaded). Any other exception is recorded
+    in ``failed.json`` in the result folder, then re-raised. The run's models are freed before
+    it returns or raises.
     """
     t0 = time.perf_counter()
     prep = prepare(cfg)
@@ -105,7 +109,12 @@ def run(cfg: DictConfig) -> RunOutcome:
                 return _execute(prep, t0)
             except Exception as err:
                 write_failure(prep, err, owner)
+                _clear_frames(err)
                 raise
+            finally:
+                # Success or failure, the next job of an in-process sweep (basic launcher)
+                # must find the GPUs as empty as the first did.
+                generation.release_memory()
     except ClaimHeld as held:
         note = f"claimed by {describe(held.owner)}"
         print(f"skip {prep.result_dir} ({note}; rerun to complete it if that owner dies)")
@@ -117,12 +126,13 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
     overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
     generation.configure_torch(rc.runtime)
 
+    memory_before_load = generation.reset_peak_memory()
     with _timer(overhead, "load_models"):
         pair = generation.load_models(prep)
     generator = generation.text_generator(prep, pair)
 
     logger = make_logger(rc.logger)
-    energy = EnergyMeter(rc.energy)
+    energy = EnergyMeter(rc.energy, rc.runtime.device, generation.gpu_ids(pair))
     logger.start(
         name=prep.signature,
         group=rc.results.study,
@@ -135,10 +145,14 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
     try:
         energy.prepare()
         overhead["energy_init"] = energy.init_s
-        with _timer(overhead, "warmup"):
+        with _timer(overhead, "warmup"), _context_is_bad_input(prep):
             generation.warmup(prep, generator)
 
-        with generation.Progress(prep) as progress, _timer(overhead, "generate_loop"):
+        with (
+            generation.Progress(prep) as progress,
+            _timer(overhead, "generate_loop"),
+            _context_is_bad_input(prep),
+        ):
             energy.start()
             outputs = prep.task.generate(
                 generator, pair.tokenizer, **generation.task_kwargs(prep, pair), progress=progress
@@ -154,6 +168,10 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         runners = [r for r in (pair.target, pair.draft) if r is not None]
         metrics["lm_head"] = {r.role: r.head for r in runners}
         metrics["lm_head_kernels"] = {r.role: r.head_kernels for r in runners}
+        metrics["placement"] = {
+            **generation.placement(pair),
+            "gpu_memory_before_load_bytes": memory_before_load,
+        }
         metrics["wandb"] = logger.info()
         write_outputs(prep, records, timings)
         logger.log_result(wandb_summary(metrics), rows)
@@ -191,7 +209,6 @@ def run_from_hydra(cfg: DictConfig) -> RunOutcome:
             f"error: job {hydra_cfg.job.num} failed: {type(err).__name__}: {err}", file=sys.stderr
         )
         outcome = _failed_outcome(cfg, err)
-        generation.release_memory()
     pointer = outcome.pointer()
     pointer["job"] = hydra_cfg.job.get("num")
     pointer["overrides"] = list(hydra_cfg.overrides.task)
@@ -226,6 +243,31 @@ def _cleanup(*steps: Callable[..., Any], **kwargs: Any) -> None:
             print(
                 f"warning: cleanup {getattr(step, '__qualname__', step)}: {err!r}", file=sys.stderr
             )
+
+
+def _clear_frames(err: BaseException) -> None:
+    """The tracebacks' frames (of ``err`` and of the exceptions it chains) hold the failed
+    run's models (pair, decoder, runners): clear their locals so that ``release_memory`` frees
+    the models of a failed run too. The traceback text is kept."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [err]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        todo += [exc.__cause__, exc.__context__]
+
+
+@contextmanager
+def _context_is_bad_input(prep: Prepared) -> Iterator[None]:
+    """A prompt too long for the models' context is bad input: one line naming the task (the
+    budget alone is checked before loading, :func:`mtad.harness.preflight.check_context`)."""
+    try:
+        yield
+    except ContextOverflow as err:
+        raise ConfigError("task", f"task {prep.spec.task_name}: {err}") from err
 
 
 @contextmanager

@@ -30,6 +30,9 @@ EXCLUDED: tuple[str, ...] = (
     "runtime.progress",
     "pair.notes",
     "pair.*.device_map",
+    "pair.*.gpus",
+    "pair.*.max_memory",
+    "pair.*.allow_offload",
 )
 
 

@@ -87,6 +87,7 @@ def print_run(metrics: dict[str, Any], title: str, out: Console | None = None) -
             "energy",
             f"{fmt(energy.get('kwh'))} kWh, {fmt(energy.get('j_per_token'))} J/tok "
             f"(cpu: {energy.get('cpu_mode', '-')}, gpu: {energy.get('gpu_mode', '-')})"
+            + (f"; warning: {energy['warning']}" if energy.get("warning") else "")
             if energy.get("tracker", "none") != "none"
             else "not measured",
         ),

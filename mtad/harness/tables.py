@@ -130,6 +130,7 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "energy.j_per_token": "J/tok",
     "energy_ratio_vs_sps": "SpS J / J",
     "energy.cpu_mode": "energy by",
+    "energy.warning": "energy warning",
 }
 
 

@@ -1,0 +1,416 @@
+"""A prepared GPU check: does this machine's GPU path decode right? (issue 18).
+
+Needs no hub: tiny random Llama and OPT pairs built in code (``mtad.engine.tiny``), plus the
+harness end to end on the ``smoke`` preset. Prints one line per check (``PASS`` / ``FAIL`` /
+``SKIP``) and ``N passed, M failed`` (exit status 1 when any failed). On a machine without a
+usable GPU the CUDA-only checks are skipped and the others run on the CPU.
+
+    bash scripts/gpu_check.sh                 # the GPU when there is one, else the CPU checks
+    bash scripts/gpu_check.sh --quick         # skip the harness sweep (the slowest check)
+    bash scripts/gpu_check.sh --device cuda:1
+
+What runs where:
+
+* environment: CUDA build, GPU name, NVML energy counter readable (CUDA only);
+* every method greedy on tiny Llama and OPT in fp32, fp16 and bf16: the lossless methods (SpS,
+  SpecInfer) equal AR, every method returns finite logits and the budget's tokens; CUDA fp32
+  tokens equal CPU fp32 tokens (CUDA only);
+* tree-masked verification (``ModelRunner.feed_tree``) equal to feeding each branch
+  sequentially, under eager and SDPA attention (each SDPA backend that takes a mask on CUDA),
+  fp32 / fp16 / bf16;
+* SpS and SpecInfer chi-square against the target's exact distribution (CUDA only; the CPU's
+  is in ``tests/test_engine.py``); same-seed determinism of sampled decoding;
+* a target dispatched by accelerate with a layer on the CPU (hooks move activations across
+  devices; cache crop and beam reorder cross them): every method equals the plain model;
+* the harness: ``run.py -m +experiment=smoke`` over all seven methods on the device with an
+  injected CUDA out-of-memory error in the first job: that job writes ``failed.json`` and the
+  next ones still run; ``device_kind``, GPU model, ``gpu_mode: nvml`` and ``gpu_kwh > 0``,
+  every model on the GPU (placement), GPU memory back to its start between jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from method_params import METHOD_PARAMS  # noqa: E402  (tests/: small settings per method)
+from stats import chi2_critical  # noqa: E402
+
+from mtad.engine import Decoder  # noqa: E402
+from mtad.engine.runner import ModelRunner  # noqa: E402
+from mtad.engine.tiny import build_tiny_model, build_tiny_pair  # noqa: E402
+from mtad.engine.warping import WarpConfig, warp_logprobs  # noqa: E402
+from mtad.methods import build_method  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+LOSSLESS = ("sps", "specinfer")  # greedy: exactly the target's greedy (AR) tokens
+PROMPT = [5, 17, 3, 42, 8, 99, 12]
+NEW_TOKENS = 24
+# logits of a tree forward vs sequential feeding, as a fraction of the logits' spread
+TREE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 5e-2}
+ALPHA = 1e-3
+# greedy lossless methods may part from AR in half precision only at a near-tie: logit gap
+TIE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 0.05, torch.bfloat16: 0.25}
+
+
+class Skip(Exception):
+    """The check does not apply here (says why)."""
+
+
+def needs_cuda(device: str) -> None:
+    if not device.startswith("cuda"):
+        why = "torch is a CPU build" if torch.version.cuda is None else "no GPU is visible"
+        raise Skip(f"CUDA only ({why})")
+
+
+def decode(pair, method: str, device: str, seed: int = 0, **params) -> list[int]:  # noqa: ANN001
+    target, draft = (m if hasattr(m, "hf_device_map") else m.to(device) for m in pair)
+    dec = Decoder(
+        build_method(method, **{**METHOD_PARAMS[method], **params}),
+        ModelRunner(target, "target"),
+        ModelRunner(draft, "draft"),
+        seed=seed,
+    )
+    return dec.generate(PROMPT, NEW_TOKENS, seed=seed).token_ids
+
+
+# --------------------------------------------------------------------------------------------
+# checks: each returns a short detail, raises Skip, or fails (AssertionError / any error)
+
+
+def check_environment(device: str) -> str:
+    needs_cuda(device)
+    index = torch.device(device).index or 0
+    major, minor = torch.cuda.get_device_capability(index)
+    name = torch.cuda.get_device_name(index)
+    return f"torch {torch.__version__}, CUDA {torch.version.cuda}, {name} (sm_{major}{minor})"
+
+
+def check_nvml(device: str) -> str:
+    needs_cuda(device)
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.device(device).index or 0)
+        first = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)  # mJ since driver load
+        x = torch.randn(4096, 4096, device=device)
+        for _ in range(200):
+            x = x @ x.T / 4096
+        torch.cuda.synchronize()
+        time.sleep(0.2)
+        second = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+    finally:
+        pynvml.nvmlShutdown()
+    assert second > first, f"NVML energy counter did not move ({first} -> {second} mJ)"
+    return f"NVML energy counter readable (+{(second - first) / 1e3:.1f} J under load)"
+
+
+def greedy_methods(family: str, dtype_name: str) -> Callable[[str], str]:
+    def check(device: str) -> str:
+        dtype = DTYPES[dtype_name]
+        if device == "cpu" and dtype == torch.float16:
+            raise Skip("fp16 matmuls on the CPU are not what a GPU runs")
+        target, draft = (m.to(dtype) for m in build_tiny_pair(family, vocab_size=320, seed=0))
+        with torch.inference_mode():
+            logits = target.to(device)(torch.tensor([PROMPT], device=device)).logits
+        assert torch.isfinite(logits).all(), "non-finite logits"
+        tokens = {m: decode((target, draft), m, device, temperature=0.0) for m in METHOD_PARAMS}
+        short = [m for m, t in tokens.items() if len(t) != NEW_TOKENS]
+        assert not short, f"fewer than {NEW_TOKENS} tokens from {short}"
+        ties = []
+        for m in LOSSLESS:
+            if tokens[m] != tokens["ar"]:
+                margin = tie_margin(target, tokens["ar"], tokens[m], device)
+                assert margin <= TIE_TOLERANCE[dtype], (
+                    f"greedy {m} differs from greedy ar where the target is sure "
+                    f"(logit margin {margin:.3f})"
+                )
+                ties.append(f"{m} at a near-tie ({margin:.3f})")
+        equal = ", ".join(LOSSLESS) + " == ar"
+        return f"{len(tokens)} methods, {equal}" + (f" up to {'; '.join(ties)}" if ties else "")
+
+    return check
+
+
+def tie_margin(target, ar: list[int], other: list[int], device: str) -> float:  # noqa: ANN001
+    """Where two greedy outputs part, the target's logit gap between the two choices (in the
+    model's dtype, on the shared prefix): a gap within rounding (bf16 keeps ~3 significant
+    digits) means a batched verification and AR's one-token forwards rounded a near-tie apart,
+    not that the method lost exactness."""
+    i = next(k for k, (a, b) in enumerate(zip(ar, other, strict=False)) if a != b)
+    with torch.inference_mode():
+        ids = torch.tensor([PROMPT + ar[:i]], device=device)
+        logits = target(ids).logits[0, -1].float()
+    return float((logits[ar[i]] - logits[other[i]]).abs())
+
+
+def check_cuda_equals_cpu(device: str) -> str:
+    needs_cuda(device)
+    mismatched = []
+    for family in ("llama", "opt"):
+        pair = build_tiny_pair(family, vocab_size=320, seed=0)
+        for method in METHOD_PARAMS:
+            cpu = decode(pair, method, "cpu", temperature=0.0)
+            gpu = decode(pair, method, device, temperature=0.0)
+            if cpu != gpu:
+                mismatched.append(f"{family}/{method}")
+    assert not mismatched, f"fp32 greedy tokens differ between CPU and {device}: {mismatched}"
+    return "fp32 greedy tokens identical for every method, llama and opt"
+
+
+def sdpa_backends(device: str) -> list[tuple[str, object]]:
+    """(name, backend) of the SDPA kernels that take an arbitrary mask on this device."""
+    from torch.nn.attention import SDPBackend
+
+    if not device.startswith("cuda"):
+        return [("math", SDPBackend.MATH)]
+    return [("math", SDPBackend.MATH), ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+
+
+def check_tree_mask(device: str) -> str:
+    """Two branches (a -> c, b -> d) fed as one tree equal each branch fed on its own."""
+    from torch.nn.attention import sdpa_kernel
+
+    done = []
+    tokens = torch.tensor([11, 12, 13, 14], device=device)
+    parents = torch.tensor([-1, -1, 0, 1], device=device)
+    depths = torch.tensor([1, 1, 2, 2], device=device)
+    ids = torch.tensor(PROMPT, device=device)
+    for dtype_name, dtype in DTYPES.items():
+        if device == "cpu" and dtype == torch.float16:
+            continue
+        model = build_tiny_model("llama", "target").to(device, dtype)
+        runs = [("eager", None)] + [(f"sdpa/{n}", b) for n, b in sdpa_backends(device)]
+        for impl, backend in runs:
+            model.set_attn_implementation(impl.split("/")[0])
+            ctx = sdpa_kernel([backend]) if backend is not None else _null()
+            with ctx:
+                runner = ModelRunner(model, "target", head="stock")
+                tree = runner.feed_tree(ids, tokens, parents, depths)  # [1 + 4, V]
+                worst = 0.0
+                for branch in ((0, 2), (1, 3)):
+                    runner.reset()
+                    seq = runner.feed(ids, tokens[list(branch)])[0]  # [1 + 2, V]
+                    got = tree[[0, 1 + branch[0], 1 + branch[1]]]
+                    spread = float(seq.float().std())
+                    worst = max(worst, float((got.float() - seq.float()).abs().max()) / spread)
+            tol = TREE_TOLERANCE[dtype]
+            assert worst <= tol, f"{impl} {dtype_name}: tree vs sequential off by {worst:.2e}"
+            done.append(f"{impl}/{dtype_name}")
+    return f"tree == sequential ({len(done)} kernel x dtype combinations)"
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def check_chi_square(device: str) -> str:
+    needs_cuda(device)
+    vocab, runs = 8, 1500
+    target = build_tiny_model("llama", "target", vocab_size=vocab, seed=11).to(device)
+    draft = build_tiny_model("llama", "target", vocab_size=vocab, seed=12).to(device)
+    warp = WarpConfig(1.0, 6, 0.95)
+    with torch.inference_mode():
+        logits = target(torch.tensor([PROMPT], device=device)).logits[0, -1]
+    exact = warp_logprobs(logits, warp).exp().double().cpu()
+    out = []
+    for method, params in (("sps", {"gamma": 2}), ("specinfer", {"branching": [2, 2]})):
+        dec = Decoder(
+            build_method(method, top_k=6, top_p=0.95, **params),
+            ModelRunner(target, "target"),
+            ModelRunner(draft, "draft"),
+        )
+        counts = torch.zeros(vocab, dtype=torch.float64)
+        for seed in range(runs):
+            counts[dec.generate(PROMPT, 1, seed=seed).token_ids[0]] += 1
+        expected = exact * runs
+        keep = expected >= 5
+        obs = torch.cat([counts[keep], counts[~keep].sum().view(1)])
+        exp = torch.cat([expected[keep], expected[~keep].sum().view(1)])
+        live = exp > 0
+        stat = float(((obs[live] - exp[live]) ** 2 / exp[live]).sum())
+        critical = chi2_critical(int(live.sum()) - 1, ALPHA)
+        assert stat < critical, f"{method} deviates from the target: chi2 {stat:.1f}"
+        out.append(f"{method} chi2 {stat:.1f} < {critical:.1f}")
+    return ", ".join(out)
+
+
+def check_determinism(device: str) -> str:
+    pair = build_tiny_pair("llama", vocab_size=320, seed=0)
+    differ = [
+        m for m in METHOD_PARAMS if decode(pair, m, device, seed=7) != decode(pair, m, device, 7)
+    ]
+    assert not differ, f"same seed, different tokens: {differ}"
+    return f"{len(METHOD_PARAMS)} methods, sampled, same seed -> same tokens"
+
+
+def check_hooked_target(device: str) -> str:
+    """The target dispatched by accelerate with its first layer on the CPU (on a CPU-only
+    machine: every module on the CPU, hooks forced), against the plain model."""
+    import logging
+
+    from accelerate import dispatch_model
+
+    logging.getLogger("accelerate").setLevel(logging.ERROR)  # one line per check
+    target, draft = build_tiny_pair("llama", vocab_size=320, seed=0)
+    plain = {m: decode((target, draft), m, device, temperature=0.0) for m in METHOD_PARAMS}
+    main = device if device.startswith("cuda") else "cpu"
+    device_map = {
+        "model.embed_tokens": main,
+        "model.layers.0": "cpu",
+        **{f"model.layers.{i}": main for i in range(1, target.config.num_hidden_layers)},
+        "model.norm": main,
+        "model.rotary_emb": main,
+        "lm_head": main,
+    }
+    # main_device="cpu": layer 0 *runs* on the CPU (its KV cache lives there), not offloaded
+    hooked = dispatch_model(target, device_map=device_map, main_device="cpu", force_hooks=True)
+    hooked.hf_device_map = device_map  # as from_pretrained(device_map=...) leaves it
+    differ = [
+        m for m in METHOD_PARAMS if decode((hooked, draft), m, device, temperature=0.0) != plain[m]
+    ]
+    assert not differ, f"hooked target decodes differently for {differ}"
+    where = "layer 0 runs on the CPU" if main != "cpu" else "all on the CPU, hooks forced"
+    return f"{len(METHOD_PARAMS)} methods equal the plain model ({where})"
+
+
+def check_harness(device: str) -> str:
+    methods = list(METHOD_PARAMS)
+    with tempfile.TemporaryDirectory(prefix="mtad-gpu-check-") as tmp:
+        cmd = [
+            sys.executable,
+            "run.py",
+            "-m",
+            "+experiment=smoke",
+            f"runtime.device={device}",
+            f"method={','.join(methods)}",
+            "logger=none",
+            "energy.measure_power_secs=1",
+            f"results.root={tmp}/results",
+            f"hydra.sweep.dir={tmp}/multirun",
+            "+hydra.callbacks.inject._target_=fault_injection.FailAtGeneration",
+            f"+hydra.callbacks.inject.method={methods[0]}",
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+            "HF_HUB_OFFLINE": "1",
+            "WANDB_MODE": "disabled",
+        }
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        folders = sorted((Path(tmp) / "results" / "smoke").iterdir())
+        failed = [f for f in folders if (f / "failed.json").is_file()]
+        metrics = [
+            json.loads((f / "metrics.json").read_text())
+            for f in folders
+            if (f / "metrics.json").is_file()
+        ]
+    assert done.returncode != 0, "the sweep with an injected failure must exit non-zero"
+    assert len(failed) == 1 and failed[0].name.startswith(methods[0]), (
+        f"expected one failed.json ({methods[0]}), got {[f.name for f in failed]}"
+    )
+    got = sorted(m["method"] for m in metrics)
+    assert got == sorted(methods[1:]), f"jobs after the failure: {got}; {done.stderr[-800:]}"
+    for m in metrics:
+        kind = torch.device(device).type
+        assert m["device_kind"] == kind, f"{m['method']}: device_kind {m['device_kind']}"
+        devices = {
+            d
+            for role in ("target", "draft")
+            if role in m["placement"]
+            for d in m["placement"][role]["devices"]
+        }
+        assert {torch.device(d).type for d in devices} == {kind}, f"placement {devices}"
+        if kind == "cuda":
+            energy = m["energy"]
+            assert m["gpu_model"], "no GPU model recorded"
+            assert energy["gpu_mode"] == "nvml", f"gpu_mode {energy['gpu_mode']}"
+            assert energy["gpu_kwh"] > 0, "gpu_kwh is 0"
+            before = m["placement"]["gpu_memory_before_load_bytes"]
+            assert max(before.values()) < 2**20, f"GPU memory not back to start: {before}"
+    detail = f"1 injected OOM -> failed.json, {len(metrics)} later jobs complete"
+    if device.startswith("cuda"):
+        detail += ", nvml energy > 0, GPU memory back to start between jobs"
+    return detail
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def all_checks(quick: bool) -> list[tuple[str, Callable[[str], str]]]:
+    checks: list[tuple[str, Callable[[str], str]]] = [
+        ("environment", check_environment),
+        ("nvml energy", check_nvml),
+    ]
+    for family in ("llama", "opt"):
+        for dtype_name in DTYPES:
+            checks.append((f"greedy {family} {dtype_name}", greedy_methods(family, dtype_name)))
+    checks += [
+        ("cuda fp32 == cpu fp32", check_cuda_equals_cpu),
+        ("tree mask == sequential", check_tree_mask),
+        ("sps/specinfer chi-square", check_chi_square),
+        ("same-seed determinism", check_determinism),
+        ("accelerate-hooked target", check_hooked_target),
+    ]
+    if not quick:
+        checks.append(("harness sweep", check_harness))
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default=None, help="default: cuda when usable, else cpu")
+    ap.add_argument("--quick", action="store_true", help="skip the harness sweep")
+    ap.add_argument(
+        "--only", default=None, help="comma-separated: run the checks whose name contains one"
+    )
+    args = ap.parse_args(argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    print(f"gpu_check on {device}: torch {torch.__version__}, CUDA build {torch.version.cuda}")
+    passed = failed = skipped = 0
+    for name, check in all_checks(args.quick):
+        if args.only and not any(part in name for part in args.only.split(",")):
+            continue
+        start = time.perf_counter()
+        try:
+            detail = check(device)
+        except Skip as why:
+            skipped += 1
+            print(f"SKIP {name}: {why}", flush=True)
+            continue
+        except Exception as err:  # noqa: BLE001 - every failure is a reported check
+            failed += 1
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            print(
+                f"FAIL {name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                f" ({Path(where.filename).name}:{where.lineno})",
+                flush=True,
+            )
+            continue
+        passed += 1
+        print(f"PASS {name}: {detail} [{time.perf_counter() - start:.1f} s]", flush=True)
+    print(f"{passed} passed, {failed} failed" + (f" ({skipped} skipped)" if skipped else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
