@@ -94,7 +94,7 @@ def run_metrics(
         "seed": rc.runtime.seed,
         "device": rc.runtime.device,
         # What a ratio may be taken across: runs on other hardware never share a ratio
-        # (mtad.harness.tables.GROUP_KEYS).
+        # (mtad.comparison.HARDWARE_KEYS).
         **hardware_identity(rc.runtime.device),
         "threads": torch.get_num_threads(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -11,14 +11,12 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
+from mtad.comparison import COMPARISON_COLUMNS
 from mtad.paper.rendered import Rendered
-
-if TYPE_CHECKING:
-    pass
 
 ANALYSIS_JOB_TYPE = "analysis"
 REPORT_DIR = "report"
@@ -28,14 +26,6 @@ PUBLISH_FILE = "PUBLISH.md"
 PUBLISHED_FILE = "published.json"
 DEFINITION_FORMAT = "mtad.report/1: wandb_workspaces.reports.v2 ReportViewspec (by alias)"
 
-# The cross-run ratios of Rendered.ratios, one summary key each per (pair, task, method).
-RATIO_COLUMNS = (
-    "speedup_vs_ar",
-    "speedup_vs_sps",
-    "energy_ratio_vs_sps",
-    "ppl_change_vs_ar",
-    "score_change_vs_ar",
-)
 # Summary keys a harness run logs (mtad.harness.records.wandb_summary: flat metrics, nested
 # blocks as ``block/key``) and what they mean, for the per-method bar charts.
 RUN_METRICS: dict[str, str] = {
@@ -236,7 +226,7 @@ def ratio_summary(ratios: pd.DataFrame) -> dict[str, float]:
         return out
     for row in ratios.to_dict("records"):
         where = "/".join(str(row.get(k, "")) for k in ("pair", "task", "method"))
-        for col in RATIO_COLUMNS:
+        for col in COMPARISON_COLUMNS:
             value = row.get(col)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 out[f"ratio/{where}/{col}"] = float(value)
