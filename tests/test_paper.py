@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from mtad.paper.expansion import expand, merge_overrides
 from mtad.paper.recipes import RecipeError, load_profile, load_recipe, load_recipes, recipe_names
@@ -380,3 +381,22 @@ def test_runs_written_on_another_host_are_found_by_the_planner(
         if s.result_dir and s.result_dir.name == "ar-tiny-prompts-0000000000"
     ]
     assert found and found[0].state == "done"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tabel": {}}, "unknown key 'tabel'"),
+        ({"table": {"rows": ["pair"], "columns": {"ppl": "PPL"}}}, "unknown key table.rows"),
+        ({"claims": [{"claim": "c", "format": "ratio"}]}, "unknown claim key 'format'"),
+        (
+            {"table": {"columns": {"ppl": "PPL"}}, "claims": [{"claim": "c"}]},
+            r"a table and claims would both write tables/r\.\*",
+        ),
+    ],
+)
+def test_recipe_keys_are_read_or_refused(tmp_path: Path, extra: dict, message: str) -> None:
+    recipe = {"title": "t", "runs": [{"method": ["ar"], "task": ["prompts"]}], **extra}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    with pytest.raises(RecipeError, match=message):
+        load_recipe("r", tmp_path)
