@@ -7,7 +7,7 @@ Order matters for honest numbers and cheap failures:
    :mod:`mtad.harness.preflight`) before anything heavy happens; the run signature is computed
    and a complete result folder means the run is skipped. Its time is ``overhead_s.validate``;
    torch and the engine are imported with this module, before that clock starts.
-2. The run claims its result folder (:mod:`mtad.harness.claims`): a run another live process
+2. The run leases its result folder (:mod:`mtad.harness.lease`): a run another live process
    holds is reported as claimed and skipped.
 3. Models load (:mod:`mtad.harness.generation`), then W&B (run id from the signature, see
    :mod:`mtad.harness.wandb_logger`) and codecarbon initialise (seconds each, recorded in
@@ -45,8 +45,8 @@ from omegaconf import DictConfig
 
 from mtad.harness import generation
 from mtad.harness.callbacks import write_pointer
-from mtad.harness.claims import ClaimHeld, claim, describe
 from mtad.harness.energy import EnergyMeter
+from mtad.harness.lease import LeaseHeld, describe, lease
 from mtad.harness.prepare import Prepared, prepare
 from mtad.harness.records import (
     commit,
@@ -96,7 +96,7 @@ def run(cfg: DictConfig) -> RunOutcome:
         print(f"skip {prep.result_dir} (complete)")
         return RunOutcome("skipped", prep.signature, prep.result_dir)
     try:
-        with claim(prep.result_dir) as owner:
+        with lease(prep.result_dir) as owner:
             # the previous owner may have finished between our check and our claim
             if rc.results.skip_existing and is_complete(prep.result_dir):
                 print(f"skip {prep.result_dir} (complete)")
@@ -106,7 +106,7 @@ def run(cfg: DictConfig) -> RunOutcome:
             except Exception as err:
                 write_failure(prep, err, owner)
                 raise
-    except ClaimHeld as held:
+    except LeaseHeld as held:
         note = f"claimed by {describe(held.owner)}"
         print(f"skip {prep.result_dir} ({note}; rerun to complete it if that owner dies)")
         return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)

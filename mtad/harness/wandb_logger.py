@@ -10,7 +10,7 @@ a crash, a ``kill -9`` or a SLURM pre-emption continues the same W&B run online.
 writes a new ``offline-run-<time>-<id>`` folder per start; the attempts before this one (they
 hold no result: a finished run is never started again) are deleted before ``wandb.init``, so
 ``wandb sync`` never uploads a second copy and counting runs by id gives one per result. The
-runner holds the run's claim (:mod:`mtad.harness.claims`) at that point, so no live process is
+runner holds the run's lease (:mod:`mtad.harness.lease`) at that point, so no live process is
 writing those folders.
 """
 
