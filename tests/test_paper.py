@@ -333,6 +333,29 @@ def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
     assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr
 
 
+def test_an_export_names_no_folder_of_this_machine(
+    smoke: tuple[Path, float, str], tmp_path: Path
+) -> None:
+    study, _, _ = smoke
+    dest = tmp_path / "reference"
+    out, _ = _reproduce(
+        study.parent, "all", "--profile", "smoke", "--render-only", "--export", str(dest)
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    texts = {p: p.read_text() for p in dest.rglob("*") if p.suffix in (".md", ".txt", ".json")}
+    assert "--root <wandb-dir> --wandb-dir <wandb-dir>" in texts[dest / "command.txt"]  # one folder
+    leaks = [p.name for p, text in texts.items() if str(study.parent) in text or str(REPO) in text]
+    assert not leaks
+    # the committed reference: no absolute folder after --root, --wandb-dir, cd or logger.dir
+    machine = re.compile(r"(--root |--wandb-dir |cd |`logger.dir`: `)/")
+    committed = [
+        p
+        for p in (REPO / "results" / "reference").rglob("*")
+        if p.suffix in (".md", ".txt", ".json")
+    ]
+    assert not [p.name for p in committed if machine.search(p.read_text())]
+
+
 def test_readme_main_table_is_the_committed_cpu_reference() -> None:
     """The README's CPU table is the reference file, not a hand-edited copy."""
     readme = (REPO / "README.md").read_text()
