@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.harness.cli import check_group_choices
-from mtad.harness.config import ConfigError, ModelSpecConfig, validate
+from mtad.harness.config import ConfigError, validate
 from mtad.harness.signature import run_signature
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,14 +128,6 @@ def test_method_configs_match_the_registry() -> None:
         assert yaml_keys == set(spec.method_params)
         assert spec.params == build_params(name)  # built once, from the config
         assert spec.method_params == dataclasses.asdict(spec.params)
-
-
-def test_model_spec_schema_mirrors_the_engine() -> None:
-    from mtad.engine.loading import ModelSpec
-
-    mine = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpecConfig)}
-    theirs = {(f.name, str(f.type)) for f in dataclasses.fields(ModelSpec)}
-    assert mine == theirs
 
 
 BAD_VALUES = [

