@@ -151,7 +151,7 @@ BAD_VALUES = [
 
 @pytest.mark.parametrize(("override", "key"), BAD_VALUES)
 def test_bad_values_name_their_key_on_one_line(smoke: DictConfig, override: str, key: str) -> None:
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
 
     cfg = with_values(smoke, override)
     with pytest.raises(ConfigError) as info:
@@ -191,7 +191,7 @@ def test_known_group_choices_pass() -> None:
 
 
 def _signature(cfg: DictConfig, *assignments: str) -> str:
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
 
     return prepare(with_values(cfg, *assignments)).signature
 
@@ -245,7 +245,7 @@ def test_signature_is_stable_and_readable() -> None:
 
 
 def test_missing_local_model_folder_is_reported_before_loading(smoke: DictConfig) -> None:
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
 
     cfg = with_values(smoke, "pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing")
     with pytest.raises(ConfigError) as info:

@@ -267,7 +267,7 @@ def test_a_live_claim_is_respected_and_a_dead_owners_claim_is_taken_over(tmp_pat
 
 def test_a_claimed_run_is_skipped_not_failed(tmp_path: Path, monkeypatch) -> None:
     import mtad.engine.loading
-    from mtad.harness.runner import prepare, run
+    from mtad.harness.job import prepare, run
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
@@ -307,7 +307,7 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
     tmp_path: Path, method: str
 ) -> None:
     """Sampling methods at temperature 1: two runs into two result roots write the same bytes."""
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     outputs = []
     for attempt in ("one", "two"):
@@ -334,7 +334,7 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
 
 
 def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
     from mtad.harness.signature import run_signature
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

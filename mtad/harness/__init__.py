@@ -1,6 +1,6 @@
 """The experiment harness around the engine: Hydra configs, runs, result folders, logging.
 
-``run.py`` (Hydra) -> :func:`mtad.harness.runner.run`: validate and prepare (:mod:`.config`,
+``run.py`` (Hydra) -> :func:`mtad.harness.job.run`: validate and prepare (:mod:`.config`,
 :mod:`.preflight`, :mod:`.prepare`), skip complete runs (:mod:`.signature`, :mod:`.results`),
 lease the result folder (:mod:`.lease`), load and generate (:mod:`.generation`) under
 codecarbon (:mod:`.energy`), score, write ``results/<study>/<signature>/`` (:mod:`.records`)

@@ -1,6 +1,6 @@
 """What a run records and writes: the per-sample rows (task record + decode counters), the
 run's ``metrics.json`` block, the flat W&B summary, and the files of its result folder (their
-format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.runner`, which only
+format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.job`, which only
 orchestrates."""
 
 from __future__ import annotations
