@@ -4,6 +4,6 @@
 :mod:`.preflight`, :mod:`.prepare`), skip complete runs (:mod:`.signature`, :mod:`.results`),
 lease the result folder (:mod:`.lease`), load and generate (:mod:`.generation`) under
 codecarbon (:mod:`.energy`), score, write ``results/<study>/<signature>/`` (:mod:`.records`)
-and one W&B run (:mod:`.wandb_logger`), print a summary (:mod:`.summary`, :mod:`.tables`);
-sweeps end with :class:`.callbacks.SweepSummary`.
+and one W&B run (:mod:`.wandb_logger`), print a summary (:mod:`.summary`, over
+:mod:`mtad.comparison`); sweeps end with :class:`.callbacks.SweepSummary`.
 """
