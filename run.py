@@ -5,7 +5,7 @@
     python run.py +experiment=llama70b --cfg job   # print a preset's full config
     python run.py -m +experiment=smoke method.gamma=2,3 method.tau=0.3,0.6
 
-Results: ``results/<study>/<signature>/`` (see ``mtad/harness/runner.py``). Bad values stop the
+Results: ``results/<study>/<signature>/`` (see ``mtad/harness/job.py``). Bad values stop the
 run before any model loads, with one line on stderr naming the key, and exit status 2.
 """
 
@@ -28,7 +28,7 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 def main(cfg: DictConfig) -> None:
     # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
     # group-choice check (under __main__) do not need.
-    from mtad.harness.runner import run_from_hydra
+    from mtad.harness.job import run_from_hydra
 
     try:
         run_from_hydra(cfg)

@@ -7,9 +7,10 @@
 Tables (rows: pair, task, method label; values averaged over seeds, ``seeds`` counts them):
 
 * ``speed``: ms/token, speed-up versus ``ar`` and versus ``sps``, acceptance rate, tokens per
-  target forward. A ratio is taken within runs of one study sharing pair, task, seed and device
-  (so: same hardware, same prompts), then averaged over seeds; it is empty when the study has
-  no baseline run (add one: ``python run.py -m ... +sweep=methods``).
+  target forward. A ratio is taken between runs whose configs differ only in the method, on the
+  same hardware (the one rule of :mod:`mtad.comparison`, which the paper's tables use too), then
+  averaged over seeds; it is empty when the study has no baseline run (add one:
+  ``python run.py -m ... +sweep=methods``).
 * ``quality``: perplexity (the authors' per-sample mean and the token-weighted one), its change
   versus ``ar``, and the task score.
 * ``energy``: J/token and kWh from codecarbon, the ratio ``sps J/token / run J/token`` (> 1: less
@@ -24,53 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from mtad.harness.tables import add_ratios, load_study
-
-ROWS = ["pair", "task", "label"]
-TABLES: dict[str, dict[str, str]] = {
-    "speed": {
-        "ms_per_token": "ms/token",
-        "speedup_vs_ar": "speed-up vs AR",
-        "speedup_vs_sps": "speed-up vs SpS",
-        "acceptance_rate": "acceptance",
-        "node_acceptance_rate": "acceptance per node",
-        "block_efficiency": "tokens/target fwd",
-        "mean_accepted": "mean accepted",
-    },
-    "quality": {
-        "ppl": "ppl",
-        "ppl_token_weighted": "ppl (token-weighted)",
-        "ppl_change_vs_ar": "ppl change vs AR",
-        "score": "score",
-        "score_change_vs_ar": "score change vs AR",
-    },
-    "energy": {
-        "energy.j_per_token": "J/token",
-        "energy.kwh": "kWh",
-        "energy_ratio_vs_sps": "SpS J / J",
-        "energy.cpu_mode": "CPU energy by",
-        "energy.gpu_mode": "GPU energy by",
-    },
-}
+from mtad.comparison import load_study, study_tables
 
 
 def make_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``{name: table}``: one row per (pair, task, method label), averaged over seeds."""
-    if runs.empty:
-        return {}
-    runs = add_ratios(runs)
-    tables = {}
-    for name, columns in TABLES.items():
-        present = [c for c in columns if c in runs.columns and runs[c].notna().any()]
-        numeric = [c for c in present if pd.api.types.is_numeric_dtype(runs[c])]
-        text = [c for c in present if c not in numeric]
-        grouped = runs.groupby(ROWS, dropna=False)
-        table = grouped[numeric].mean()
-        for c in text:
-            table[c] = grouped[c].agg(lambda s: ",".join(sorted(set(map(str, s.dropna())))))
-        table["seeds"] = grouped["seed"].nunique()
-        tables[name] = table[[*present, "seeds"]].rename(columns=columns)
-    return tables
+    """``{name: table}``: one row per (pair, task, method label), averaged over seeds
+    (:func:`mtad.comparison.study_tables`)."""
+    return study_tables(runs)
 
 
 def main(argv: list[str] | None = None) -> int:

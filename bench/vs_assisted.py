@@ -26,6 +26,8 @@ import argparse
 import copy
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -67,79 +69,88 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     common.setup(args)
     bp = common.load_bench_pair(args)
     prompts = common.load_prompts(args, bp.tokenizer)
+    impls = implementations(args, bp)
+    acc = measure(args, bp, prompts, impls)
+    report(args, bp, len(prompts), acc)
+    return acc
+
+
+Generate = Callable[[list[int], int, int], list[int]]  # (prompt ids, seed, max new) -> ids
+
+
+def implementations(args: argparse.Namespace, bp: Any) -> dict[str, Generate]:
+    """``name -> generate(prompt ids, seed, max new)``: ours (AR, SpS) and transformers' (greedy,
+    assisted with the draft length pinned to ours, and optionally at its own defaults)."""
     eos = common.eos_ids(bp)
     pad = bp.tokenizer.pad_token_id if bp.tokenizer.pad_token_id is not None else eos[0]
     target, draft = bp.target.model, bp.draft.model
-    ours = {
-        "ours ar": Decoder(build_method("ar", temperature=0.0), bp.target, None, eos, args.seed),
-        "ours sps": Decoder(
-            build_method("sps", gamma=GAMMA, temperature=0.0), bp.target, bp.draft, eos, args.seed
-        ),
-    }
+    ar = Decoder(build_method("ar", temperature=0.0), bp.target, None, eos, args.seed)
+    sps = Decoder(
+        build_method("sps", gamma=GAMMA, temperature=0.0), bp.target, bp.draft, eos, args.seed
+    )
     pinned = {
         "num_assistant_tokens": GAMMA,
         "num_assistant_tokens_schedule": "constant",
         "assistant_confidence_threshold": 0.0,
     }
-    hf = {
-        "hf greedy": lambda p: hf_generate(target, p, args.max_new, eos, pad),
-        "hf assisted": lambda p: hf_generate(target, p, args.max_new, eos, pad, draft, pinned),
+    impls: dict[str, Generate] = {
+        "ours ar": lambda p, seed, n: ar.generate(p, n, seed=seed).token_ids,
+        "ours sps": lambda p, seed, n: sps.generate(p, n, seed=seed).token_ids,
+        "hf greedy": lambda p, seed, n: hf_generate(target, p, n, eos, pad),
+        "hf assisted": lambda p, seed, n: hf_generate(target, p, n, eos, pad, draft, pinned),
     }
     if args.hf_defaults:
-        hf["hf assisted (defaults)"] = lambda p: hf_generate(
-            target, p, args.max_new, eos, pad, draft, None
+        impls["hf assisted (defaults)"] = lambda p, seed, n: hf_generate(
+            target, p, n, eos, pad, draft, None
         )
-    names = ["ours ar", "ours sps", *hf]
-    acc = {
-        n: {
-            "tokens": 0,
-            "wall": 0.0,
-            "target_fwd": 0.0,
-            "draft_fwd": 0.0,
-            "target_calls": 0,
-            "same": 0,
-            "outputs": [],
-        }
-        for n in names
+    return impls
+
+
+def measure(
+    args: argparse.Namespace,
+    bp: Any,
+    prompts: list[Any],
+    impls: dict[str, Generate],
+) -> dict[str, dict]:
+    """Every implementation on every prompt, side by side: tokens, wall and forward times,
+    target calls, and whether the output equals the first implementation's (ours ar)."""
+    acc: dict[str, dict[str, Any]] = {
+        n: {"tokens": 0, "wall": 0.0, "target_fwd": 0.0, "draft_fwd": 0.0, "target_calls": 0}
+        | {"same": 0, "outputs": []}
+        for n in impls
     }
+    for generate in impls.values():  # warm-up every path (lazy inits, first-call allocations)
+        generate(prompts[0].ids, args.seed, 4)
     clock = common.pair_clock(bp)
-    # warm-up every path once (lazy inits, first-call allocations)
-    for dec in ours.values():
-        dec.generate(prompts[0].ids, 4)
-    for fn in hf.values():
-        hf_generate(target, prompts[0].ids, 4, eos, pad)
-        fn(prompts[0].ids[:8])
     for i, prompt in enumerate(prompts):
         reference = None
-        for n in names:
+        for n, generate in impls.items():
             clock.reset()
             start = time.perf_counter()
-            if n in ours:
-                toks = ours[n].generate(prompt.ids, args.max_new, seed=args.seed + i).token_ids
-            else:
-                toks = hf[n](prompt.ids)
-            wall = time.perf_counter() - start
+            toks = generate(prompt.ids, args.seed + i, args.max_new)
             a = acc[n]
+            a["wall"] += time.perf_counter() - start
             a["tokens"] += len(toks)
-            a["wall"] += wall
             a["target_fwd"] += clock.seconds.get("target", 0.0)
             a["draft_fwd"] += clock.seconds.get("draft", 0.0)
             a["target_calls"] += clock.calls.get("target", 0)
             a["outputs"].append(toks)
-            if reference is None:
-                reference = toks
+            reference = toks if reference is None else reference
             a["same"] += int(toks == reference)
         if args.verbose:
             print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
     clock.remove()
+    return acc
 
+
+def report(args: argparse.Namespace, bp: Any, n_prompts: int, acc: dict[str, dict]) -> None:
+    """The table (tokens/s against transformers' assisted generation) and the SpS check."""
     print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
-    print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, greedy, gamma {GAMMA}")
+    print(f"prompts: {n_prompts} x max {args.max_new} new tokens, greedy, gamma {GAMMA}")
     base = acc["hf assisted"]["tokens"] / acc["hf assisted"]["wall"]
     rows = []
-    for n in names:
-        a = acc[n]
+    for n, a in acc.items():
         tps = a["tokens"] / a["wall"]
         overhead = a["wall"] - a["target_fwd"] - a["draft_fwd"]
         rows.append(
@@ -150,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
                 f"{common.ratio(tps, base):.2f}",
                 a["target_calls"],
                 f"{common.ratio(a['tokens'], a['target_calls']):.2f}",
-                f"{a['same']}/{len(prompts)}",
+                f"{a['same']}/{n_prompts}",
                 f"{common.pct(overhead, a['wall']):.1f}",
             ]
         )
@@ -171,10 +182,9 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     sps, hfa = acc["ours sps"], acc["hf assisted"]
     same = sum(a == b for a, b in zip(sps["outputs"], hfa["outputs"], strict=False))
     print(
-        f"\nours sps vs hf assisted: identical outputs {same}/{len(prompts)}, "
+        f"\nours sps vs hf assisted: identical outputs {same}/{n_prompts}, "
         f"tokens/s ratio {common.ratio(sps['tokens'] / sps['wall'], base):.2f}"
     )
-    return acc
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench import common
 from mtad.engine import Decoder
@@ -138,59 +139,80 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
+SIDES = ("ours", "authors")
+
+
 def compare(args, bp, prompts, eos, ours, worker) -> dict:
+    """Both implementations on every prompt and seed, alternating which goes first, then the
+    table."""
+    sides = measure(args, bp, prompts, eos, ours, worker)
+    report(args, bp, len(prompts), worker.info, sides)
+    return sides
+
+
+def measure(args, bp, prompts, eos, ours, worker) -> dict[str, dict[str, Any]]:
+    """Totals per side (tokens, wall, forward, draft and verify seconds, iterations, accepted)
+    and each generation's block efficiency."""
     clock = common.pair_clock(bp)
     # warm-up both sides
     ours.generate(prompts[0].ids, 4, seed=args.seed)
     worker.call({"cmd": "gen", "ids": prompts[0].ids, "seed": args.seed, "max_new": 4})
-    sides = {
-        s: {
-            "tokens": 0,
-            "wall": 0.0,
-            "fwd": 0.0,
-            "iters": 0,
-            "accepted": 0,
-            "draft": 0.0,
-            "verify": 0.0,
-            "be": [],
-        }
-        for s in ("ours", "authors")
+    sides: dict[str, dict[str, Any]] = {
+        s: {"tokens": 0, "wall": 0.0, "fwd": 0.0, "iters": 0, "accepted": 0}
+        | {"draft": 0.0, "verify": 0.0, "be": []}
+        for s in SIDES
     }
     for i, prompt in enumerate(prompts):
         for r in range(args.repeats):
             seed = args.seed + i * args.repeats + r
-            order = ("ours", "authors") if (i + r) % 2 == 0 else ("authors", "ours")
+            order = SIDES if (i + r) % 2 == 0 else SIDES[::-1]
             for side in order:
-                s = sides[side]
                 if side == "ours":
                     clock.reset()
-                    out = ours.generate(prompt.ids, args.max_new, seed=seed)
-                    st = out.stats
-                    s["tokens"] += len(out.token_ids)
-                    s["wall"] += st.wall_time
-                    s["fwd"] += clock.total
-                    s["iters"] += st.iterations
-                    s["accepted"] += st.accepted
-                    s["draft"] += st.time_draft
-                    s["verify"] += st.time_verify
-                    s["be"].append(st.block_efficiency)
+                    one = _ours_once(ours, prompt.ids, args.max_new, seed, clock)
                 else:
-                    res = worker.call(
-                        {"cmd": "gen", "ids": prompt.ids, "seed": seed, "max_new": args.max_new}
-                    )
-                    s["tokens"] += len(common.truncate_at_eos(res["tokens"], eos))
-                    s["wall"] += res["wall"]
-                    s["fwd"] += res["forward_s"]
-                    s["iters"] += res["iterations"]
-                    s["accepted"] += res["accepted"]
-                    s["draft"] += res["draft_s"]
-                    s["verify"] += res["verify_s"]
-                    s["be"].append((res["accepted"] + res["iterations"]) / res["iterations"])
+                    one = _authors_once(worker, prompt.ids, args.max_new, seed, eos)
+                s = sides[side]
+                for key in ("tokens", "wall", "fwd", "iters", "accepted", "draft", "verify"):
+                    s[key] += one[key]
+                s["be"].append(one["be"])
         if args.verbose:
             print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
     clock.remove()
+    return sides
 
-    info = worker.info
+
+def _ours_once(ours, ids: list[int], max_new: int, seed: int, clock) -> dict[str, Any]:
+    out = ours.generate(ids, max_new, seed=seed)
+    st = out.stats
+    return {
+        "tokens": len(out.token_ids),
+        "wall": st.wall_time,
+        "fwd": clock.total,
+        "iters": st.iterations,
+        "accepted": st.accepted,
+        "draft": st.time_draft,
+        "verify": st.time_verify,
+        "be": st.block_efficiency,
+    }
+
+
+def _authors_once(worker, ids: list[int], max_new: int, seed: int, eos) -> dict[str, Any]:
+    res = worker.call({"cmd": "gen", "ids": ids, "seed": seed, "max_new": max_new})
+    return {
+        "tokens": len(common.truncate_at_eos(res["tokens"], eos)),
+        "wall": res["wall"],
+        "fwd": res["forward_s"],
+        "iters": res["iterations"],
+        "accepted": res["accepted"],
+        "draft": res["draft_s"],
+        "verify": res["verify_s"],
+        "be": (res["accepted"] + res["iterations"]) / res["iterations"],
+    }
+
+
+def report(args, bp, n_prompts: int, info: dict[str, Any], sides: dict[str, dict]) -> None:
+    """The settings, the table (tokens/s against the authors') and the block-efficiency test."""
     print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(
@@ -199,7 +221,7 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
     )
     print(
         f"settings: B={args.beam_width} gamma={args.gamma} tau={args.tau} top-k={args.top_k} "
-        f"top-p={args.top_p} T={args.temperature}; {len(prompts)} prompts x {args.repeats} "
+        f"top-p={args.top_p} T={args.temperature}; {n_prompts} prompts x {args.repeats} "
         f"seeds x max {args.max_new} new tokens"
     )
     tps = {k: v["tokens"] / v["wall"] for k, v in sides.items()}
@@ -240,7 +262,6 @@ def compare(args, bp, prompts, eos, ours, worker) -> dict:
         f"\nours / authors tokens/s: {common.ratio(tps['ours'], tps['authors']):.2f}; "
         f"block efficiency difference {bo - ba:+.3f} (z = {z:+.2f}; |z| < 2: within noise)"
     )
-    return sides
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         publish_wandb(rendered, args.publish, args.wandb_dir)
     if args.export:
         export(out_dir, args.export, command, plan)
+        portable(args.export, {args.root: "<root>", args.wandb_dir: "<wandb-dir>"})
     failed = plan.counts()["failed"] + plan.counts()["missing"]
     print(f"reproduce: {time.perf_counter() - t0:.0f} s wall")
     if failed and not args.render_only:
@@ -204,6 +205,28 @@ def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
     write_json(dest / "environment.json", summary)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"exported -> {dest} ({size // 1024} KiB)")
+
+
+# The exported files that may quote this machine's folders (the command, the publishing notes).
+TEXT_SUFFIXES = (".md", ".txt", ".json", ".tex", ".csv")
+
+
+def portable(dest: Path, folders: dict[str, str]) -> None:
+    """Replace this machine's absolute ``folders`` in the exported text files by placeholders
+    (``--root <root>``, ``cd <wandb-dir>``): a committed reference names no machine's paths."""
+    names = {}
+    for folder, placeholder in folders.items():
+        for form in {str(folder), str(Path(folder).resolve())}:
+            if Path(form).is_absolute() and form != "/":
+                names[form] = placeholder
+    for path in sorted(dest.rglob("*")):
+        if not path.is_file() or path.suffix not in TEXT_SUFFIXES:
+            continue
+        text = original = path.read_text()
+        for form in sorted(names, key=len, reverse=True):  # /x/results before /x
+            text = text.replace(form, names[form])
+        if text != original:
+            path.write_text(text)
 
 
 if __name__ == "__main__":

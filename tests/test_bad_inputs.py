@@ -2,7 +2,7 @@
 line naming the key (or, for rows marked *accepted*, means what the table says).
 
 Rows are checked in-process through what ``run.py`` runs before Hydra's task function loads
-anything (group-choice check, composition, :func:`mtad.harness.runner.prepare`), with model
+anything (group-choice check, composition, :func:`mtad.harness.job.prepare`), with model
 loading patched to fail; a few rows also go through ``run.py`` itself (exit status 2, one line
 on stderr, nothing written), including a sweep whose second job is bad.
 """
@@ -100,7 +100,7 @@ def fill(text: str, tmp: Path) -> str:
 
 def prepare_inputs(overrides: list[str]):  # noqa: ANN201 - Prepared
     """What run.py does before the task function loads a model."""
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
 
     check_group_choices(overrides, CONF)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -126,3 +126,39 @@ def test_forward_clock_sees_our_cpu_head() -> None:
     runner.feed(torch.tensor([1, 2, 3]))
     assert clock.calls["target"] == 1 and clock.seconds["target"] > 0
     clock.remove()
+
+
+class ScriptedAuthors:
+    """Stands in for the authors' worker process: every generation 6 tokens in 3 iterations."""
+
+    info = {"strategy": "BatchMTADStrategy", "transformers": "-", "torch": "-", "rope_theta": 0}
+
+    def __init__(self, python: str, config: dict) -> None:
+        self.calls = 0
+
+    def call(self, msg: dict) -> dict:
+        self.calls += 1
+        return {"tokens": [5] * 6, "wall": 0.01, "forward_s": 0.005, "iterations": 3} | {
+            "accepted": 3,
+            "draft_s": 0.002,
+            "verify_s": 0.003,
+        }
+
+    def close(self) -> None:
+        pass
+
+
+def test_vs_authors_tables_both_sides_without_their_code(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from bench import vs_authors
+
+    (tmp_path / "src" / "inference").mkdir(parents=True)
+    (tmp_path / "src" / "inference" / "strategies.py").write_text("")
+    monkeypatch.setattr(vs_authors, "AuthorsWorker", ScriptedAuthors)
+    argv = [*TINY, "--authors-repo", str(tmp_path), "--authors-python", sys.executable]
+    sides = vs_authors.main([*argv, "--repeats", "2"])
+    assert sides["authors"]["tokens"] == 2 * 2 * 6 and sides["authors"]["iters"] == 2 * 2 * 3
+    assert sides["authors"]["be"] == [2.0] * 4 and len(sides["ours"]["be"]) == 4
+    assert sides["ours"]["tokens"] > 0
+    assert "x authors" in capsys.readouterr().out

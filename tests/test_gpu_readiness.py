@@ -77,7 +77,7 @@ def _hooked(model: torch.nn.Module) -> torch.nn.Module:
 def test_models_are_freed_after_each_run_hooked_or_not(
     outcome: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
     from mtad.tasks.generator import TextGenerator
 
     refs: list[weakref.ref] = []
@@ -266,7 +266,7 @@ def test_prompt_past_the_context_is_refused_before_any_forward(tiny_llama) -> No
 
 
 def test_harness_reports_a_prompt_overflow_as_bad_input_naming_the_task() -> None:
-    from mtad.harness.runner import _context_is_bad_input
+    from mtad.harness.job import _context_is_bad_input
 
     prep = SimpleNamespace(spec=SimpleNamespace(task_name="humaneval"))
     with (

@@ -67,7 +67,7 @@ def wandb_summary(run_dir: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def method_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every method once on the tiny pair, in-process, with W&B (offline) and codecarbon."""
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     tmp = tmp_path_factory.mktemp("runs")
     outcomes = {}
@@ -161,7 +161,7 @@ def test_every_run_has_an_offline_wandb_run_with_the_summary(
 
 def test_complete_folder_is_skipped_without_loading(method_runs: dict, monkeypatch) -> None:
     import mtad.engine.loading
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     cfg, first = method_runs["mtad"]
     monkeypatch.setattr(mtad.engine.loading, "load_pair", _no_model)
@@ -180,7 +180,7 @@ def test_bad_value_stops_before_loading(
     override: str, key: str, tmp_path: Path, monkeypatch
 ) -> None:
     import mtad.engine.loading
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     monkeypatch.setattr(mtad.engine.loading, "load_pair", _no_model)
     cfg = compose_cfg("+experiment=smoke", override, f"results.root={tmp_path}")

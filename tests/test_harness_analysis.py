@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from mtad.comparison import add_comparisons, load_study, summary_frame
 from mtad.harness.callbacks import read_pointers, write_pointer
 from mtad.harness.results import is_complete, write_atomic, write_json
-from mtad.harness.tables import add_ratios, load_study, summary_frame
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_load_study_has_one_row_per_complete_run(study: Path) -> None:
 
 
 def test_ratios_are_taken_within_pair_task_seed(study: Path) -> None:
-    df = add_ratios(load_study(study, "s"))
+    df = add_comparisons(load_study(study, "s"))
     mtad = df[(df["label"] == "mtad(tau=0.5)") & (df["pair"] == "tiny")]
     assert list(mtad["speedup_vs_ar"]) == pytest.approx([2.0, 2.0])  # 40/20 on both seeds
     assert list(mtad["speedup_vs_sps"]) == pytest.approx([1.25, 1.25])
@@ -154,7 +154,7 @@ def test_score_change_vs_ar_sits_next_to_ppl_change() -> None:
     ]
     for r in rows:
         r.update(ppl=10.0, ms_per_token=1.0)
-    df = add_ratios(pd.DataFrame(rows)).set_index(["task", "method"])
+    df = add_comparisons(pd.DataFrame(rows)).set_index(["task", "method"])
     assert df.loc[("humaneval", "mtad"), "score_change_vs_ar"] == pytest.approx(0.5)
     assert df.loc[("humaneval", "sps"), "score_change_vs_ar"] == pytest.approx(0.0)
     assert math.isnan(df.loc[("mtbench", "mtad"), "score_change_vs_ar"])

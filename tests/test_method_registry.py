@@ -95,7 +95,7 @@ def test_a_method_module_and_its_yaml_are_all_a_new_method_needs(tmp_path: Path)
     assert metrics["n_samples"] == 2 and metrics["draft_forwards"] == 0
 
     # it decoded: the same tokens as the built-in `ar` at temperature 0, run here in-process
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     overrides = [*smoke_overrides(tmp_path), "method=ar", "method.temperature=0"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from mtad.paper.expansion import expand, merge_overrides
 from mtad.paper.recipes import RecipeError, load_profile, load_recipe, load_recipes, recipe_names
@@ -332,6 +333,29 @@ def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
     assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr
 
 
+def test_an_export_names_no_folder_of_this_machine(
+    smoke: tuple[Path, float, str], tmp_path: Path
+) -> None:
+    study, _, _ = smoke
+    dest = tmp_path / "reference"
+    out, _ = _reproduce(
+        study.parent, "all", "--profile", "smoke", "--render-only", "--export", str(dest)
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    texts = {p: p.read_text() for p in dest.rglob("*") if p.suffix in (".md", ".txt", ".json")}
+    assert "--root <wandb-dir> --wandb-dir <wandb-dir>" in texts[dest / "command.txt"]  # one folder
+    leaks = [p.name for p, text in texts.items() if str(study.parent) in text or str(REPO) in text]
+    assert not leaks
+    # the committed reference: no absolute folder after --root, --wandb-dir, cd or logger.dir
+    machine = re.compile(r"(--root |--wandb-dir |cd |`logger.dir`: `)/")
+    committed = [
+        p
+        for p in (REPO / "results" / "reference").rglob("*")
+        if p.suffix in (".md", ".txt", ".json")
+    ]
+    assert not [p.name for p in committed if machine.search(p.read_text())]
+
+
 def test_readme_main_table_is_the_committed_cpu_reference() -> None:
     """The README's CPU table is the reference file, not a hand-edited copy."""
     readme = (REPO / "README.md").read_text()
@@ -380,3 +404,22 @@ def test_runs_written_on_another_host_are_found_by_the_planner(
         if s.result_dir and s.result_dir.name == "ar-tiny-prompts-0000000000"
     ]
     assert found and found[0].state == "done"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tabel": {}}, "unknown key 'tabel'"),
+        ({"table": {"rows": ["pair"], "columns": {"ppl": "PPL"}}}, "unknown key table.rows"),
+        ({"claims": [{"claim": "c", "format": "ratio"}]}, "unknown claim key 'format'"),
+        (
+            {"table": {"columns": {"ppl": "PPL"}}, "claims": [{"claim": "c"}]},
+            r"a table and claims would both write tables/r\.\*",
+        ),
+    ],
+)
+def test_recipe_keys_are_read_or_refused(tmp_path: Path, extra: dict, message: str) -> None:
+    recipe = {"title": "t", "runs": [{"method": ["ar"], "task": ["prompts"]}], **extra}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
+    with pytest.raises(RecipeError, match=message):
+        load_recipe("r", tmp_path)

@@ -58,3 +58,24 @@ def test_mjsd_v1_preset() -> None:
     assert spec.task_name == "chatalpaca" and spec.cfg.task["max_new_tokens"] == 128
     assert spec.target.path == "meta-llama/Llama-2-13b-hf"
     assert spec.draft is not None and spec.draft.path == "JackFram/llama-68m"
+
+
+RECIPE_SWEEPER = "hydra_plugins.mtad_recipes.recipe_sweeper.RecipeSweeper"
+
+
+@pytest.mark.parametrize("name", SWEEPS)
+def test_every_sweep_usage_line_is_a_command_that_sweeps(name: str) -> None:
+    """Each ``#   python run.py -m ...`` line of a sweep file composes, and its grid reaches
+    the basic sweeper: a paper preset's recipe sweeper refuses ``hydra.sweeper.params``."""
+    lines = [
+        line.removeprefix("#").split("#")[0].split()
+        for line in (CONF / "sweep" / f"{name}.yaml").read_text().splitlines()
+        if line.startswith("#   python run.py")
+    ]
+    assert lines, f"conf/sweep/{name}.yaml has no usage line"
+    for words in lines:
+        overrides = [w for w in words[2:] if not w.startswith("-")]
+        assert f"+sweep={name}" in overrides
+        cfg = compose_cfg(*overrides, hydra=True)
+        assert cfg.hydra.sweeper.params, words
+        assert cfg.hydra.sweeper._target_ != RECIPE_SWEEPER, " ".join(words)

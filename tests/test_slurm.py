@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from mtad.harness.callbacks import read_pointers
-from mtad.harness.claims import CLAIM_FILE
+from mtad.harness.lease import LEASE_FILE
 from mtad.harness.results import ENVIRONMENT_FILE, RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
 
@@ -78,18 +78,18 @@ def env() -> dict[str, str]:
 
 
 def _started_slurm_runs(base: Path, wandb_dir: Path) -> list[tuple[Path, dict]]:
-    """Result folders whose claim names a SLURM job and whose W&B run has started: runs caught
+    """Result folders whose lease names a SLURM job and whose W&B run has started: runs caught
     mid-way (the moment both tests act on)."""
     found = []
-    for claim in base.glob(f"*/{CLAIM_FILE}") if base.is_dir() else []:
+    for lease_file in base.glob(f"*/{LEASE_FILE}") if base.is_dir() else []:
         try:
-            owner = json.loads(claim.read_text() or "{}")
+            owner = json.loads(lease_file.read_text() or "{}")
         except (OSError, ValueError):
             continue
-        if owner.get("slurm_job") and wandb_run_id(STUDY, claim.parent.name) in offline_runs(
+        if owner.get("slurm_job") and wandb_run_id(STUDY, lease_file.parent.name) in offline_runs(
             wandb_dir
         ):
-            found.append((claim.parent, owner))
+            found.append((lease_file.parent, owner))
     return found
 
 
@@ -105,7 +105,7 @@ def test_slurm_sweep_with_a_cancelled_job_completes_every_run_once(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    # A run mid-way (claimed, W&B started, nothing written yet): its claim names the SLURM job
+    # A run mid-way (claimed, W&B started, nothing written yet): its lease names the SLURM job
     # that holds it.
     cancelled: tuple[Path, str] | None = None
     deadline = time.monotonic() + 300

@@ -1,4 +1,4 @@
-"""Sweeps that survive: kill -9 mid-run, a failing job, two sweeps at once, claims, determinism.
+"""Sweeps that survive: kill -9 mid-run, a failing job, two sweeps at once, leases, determinism.
 
 Each sweep is ``run.py -m`` in a subprocess, as a user types it. What is counted: result
 folders (complete, none torn), W&B offline runs by id (one folder per id), and the jobs each
@@ -20,7 +20,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from mtad.harness.callbacks import read_pointers
-from mtad.harness.claims import CLAIM_FILE, ClaimHeld, claim
+from mtad.harness.lease import LEASE_FILE, LeaseHeld, lease
 from mtad.harness.results import FAILED_FILE, METRICS_FILE, RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
 
@@ -67,7 +67,7 @@ def folders(tmp: Path, study: str) -> list[Path]:
 
 
 def assert_clean(folder: Path) -> None:
-    """Complete, and nothing else in it: no claim, no failure, no temporary file."""
+    """Complete, and nothing else in it: no lease, no failure, no temporary file."""
     assert is_complete(folder), folder
     assert sorted(p.name for p in folder.iterdir()) == sorted(RESULT_FILES), folder
 
@@ -100,7 +100,7 @@ def test_sigkill_mid_run_then_rerun_completes_exactly_the_missing_runs(tmp_path:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    # Mid-run of the second job: the first folder is complete, the second has its claim and
+    # Mid-run of the second job: the first folder is complete, the second has its lease and
     # its W&B run (models loaded, W&B started: warm-up or the generation loop is running).
     deadline = time.monotonic() + 240
     killed_in = None
@@ -110,7 +110,7 @@ def test_sigkill_mid_run_then_rerun_completes_exactly_the_missing_runs(tmp_path:
             running = [
                 f
                 for f in folders(tmp_path, study)
-                if (f / CLAIM_FILE).exists() and not is_complete(f)
+                if (f / LEASE_FILE).exists() and not is_complete(f)
             ]
             if len(done) == 1 and running:
                 run_id = wandb_run_id(study, running[0].name)
@@ -167,7 +167,7 @@ def test_failing_job_is_recorded_the_sweep_goes_on_and_a_rerun_retries_only_it(
     assert sorted(results) == ["ar", "mtad", "sps"]
     assert is_complete(results["ar"]) and is_complete(results["mtad"])
     failed = results["sps"]
-    assert not is_complete(failed) and not (failed / CLAIM_FILE).exists()
+    assert not is_complete(failed) and not (failed / LEASE_FILE).exists()
     record = json.loads((failed / FAILED_FILE).read_text())
     assert record["error"].startswith("RuntimeError: CUDA out of memory")
     assert "fault_injection.py" in record["traceback"]
@@ -199,7 +199,7 @@ def test_failing_job_is_recorded_the_sweep_goes_on_and_a_rerun_retries_only_it(
 
 def test_two_concurrent_sweeps_run_every_signature_exactly_once(tmp_path: Path) -> None:
     """Two sweeps over the same runs start together in the same order, so they reach each
-    run at about the same time; each run must be done by exactly one of them (without claims
+    run at about the same time; each run must be done by exactly one of them (without leases
     both run most of them)."""
     methods = ["ar", "sps", "mtad", "bild"]
     procs = []
@@ -231,14 +231,14 @@ def test_two_concurrent_sweeps_run_every_signature_exactly_once(tmp_path: Path) 
 
 
 # ------------------------------------------------------------------------------------------
-# claims
+# leases
 
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from mtad.harness.claims import claim
-with claim(Path(sys.argv[1])):
+from mtad.harness.lease import lease
+with lease(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(600)
 """
@@ -251,23 +251,23 @@ def test_a_live_claim_is_respected_and_a_dead_owners_claim_is_taken_over(tmp_pat
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(ClaimHeld) as info, claim(folder):
+        with pytest.raises(LeaseHeld) as info, lease(folder):
             pass
         assert info.value.owner["pid"] == holder.pid
         assert f"pid {holder.pid}" in str(info.value)
     finally:
-        holder.kill()  # SIGKILL: no cleanup runs, the claim file stays behind
+        holder.kill()  # SIGKILL: no cleanup runs, the lease file stays behind
         holder.wait()
-    assert (folder / CLAIM_FILE).exists()
-    with claim(folder) as owner:  # stale: taken over
+    assert (folder / LEASE_FILE).exists()
+    with lease(folder) as owner:  # stale: taken over
         assert owner["pid"] == os.getpid()
-        assert json.loads((folder / CLAIM_FILE).read_text())["pid"] == os.getpid()
-    assert not (folder / CLAIM_FILE).exists()
+        assert json.loads((folder / LEASE_FILE).read_text())["pid"] == os.getpid()
+    assert not (folder / LEASE_FILE).exists()
 
 
 def test_a_claimed_run_is_skipped_not_failed(tmp_path: Path, monkeypatch) -> None:
     import mtad.engine.loading
-    from mtad.harness.runner import prepare, run
+    from mtad.harness.job import prepare, run
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
@@ -307,7 +307,7 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
     tmp_path: Path, method: str
 ) -> None:
     """Sampling methods at temperature 1: two runs into two result roots write the same bytes."""
-    from mtad.harness.runner import run
+    from mtad.harness.job import run
 
     outputs = []
     for attempt in ("one", "two"):
@@ -334,7 +334,7 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
 
 
 def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
-    from mtad.harness.runner import prepare
+    from mtad.harness.job import prepare
     from mtad.harness.signature import run_signature
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -11,31 +11,70 @@ One job per module:
   :class:`~mtad.engine.warping.Candidates` (made by :func:`warp_candidates`), and samples,
   draws and looks tokens up through it; beam search draws (beam, token) pairs from their scores
   with :func:`sample_with_replacement` / :func:`sample_without_replacement`;
-* :mod:`~mtad.engine.loading`: :class:`ModelSpec`, :func:`load_model`, :func:`load_pair`;
+* :mod:`~mtad.engine.spec`: :class:`ModelSpec` and path resolution, free of torch (config code
+  reads them before any model loads); :mod:`~mtad.engine.loading`: :func:`load_model`,
+  :func:`load_pair`;
   :mod:`~mtad.engine.smollm2` (the GGUF target) and :mod:`~mtad.engine.tiny` (random test
   models) are two of its sources.
 
-A method author needs only the names re-exported here.
+A method author needs only the names re-exported here. They are imported on first use (PEP
+562 module ``__getattr__``), so ``import mtad.engine.spec`` does not import torch.
 """
 
-from mtad.engine.loading import LoadedPair, ModelSpec, load_pair
-from mtad.engine.loop import (
-    DecodeContext,
-    Decoder,
-    DecodeStats,
-    DecodingMethod,
-    GenerationOutput,
-    StepResult,
-)
-from mtad.engine.runner import ModelRunner
-from mtad.engine.warping import (
-    NEG_INF,
-    Candidates,
-    WarpConfig,
-    sample_with_replacement,
-    sample_without_replacement,
-    warp_candidates,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_SOURCES = {
+    "NEG_INF": "warping",
+    "Candidates": "warping",
+    "DecodeContext": "loop",
+    "DecodeStats": "loop",
+    "Decoder": "loop",
+    "DecodingMethod": "loop",
+    "GenerationOutput": "loop",
+    "LoadedPair": "loading",
+    "ModelRunner": "runner",
+    "ModelSpec": "spec",
+    "StepResult": "loop",
+    "WarpConfig": "warping",
+    "load_pair": "loading",
+    "sample_with_replacement": "warping",
+    "sample_without_replacement": "warping",
+    "warp_candidates": "warping",
+}
+
+if TYPE_CHECKING:
+    from mtad.engine.loading import LoadedPair, load_pair
+    from mtad.engine.loop import (
+        DecodeContext,
+        Decoder,
+        DecodeStats,
+        DecodingMethod,
+        GenerationOutput,
+        StepResult,
+    )
+    from mtad.engine.runner import ModelRunner
+    from mtad.engine.spec import ModelSpec
+    from mtad.engine.warping import (
+        NEG_INF,
+        Candidates,
+        WarpConfig,
+        sample_with_replacement,
+        sample_without_replacement,
+        warp_candidates,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'mtad.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"mtad.engine.{_SOURCES[name]}"), name)
+    globals()[name] = value  # once: later lookups skip this function
+    return value
+
 
 __all__ = [
     "NEG_INF",
@@ -55,3 +94,4 @@ __all__ = [
     "sample_without_replacement",
     "warp_candidates",
 ]
+assert sorted(__all__) == sorted(_SOURCES)

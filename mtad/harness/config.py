@@ -13,18 +13,18 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mtad.cpu import choose_dtype
+from mtad.engine.spec import ModelSpec
 from mtad.tasks.base import PROTOCOLS
 
-# mtad.engine and mtad.methods import torch (seconds): they are imported inside validate(), not
-# here, because run.py imports this module before Hydra composes anything (--help, --cfg job).
-if TYPE_CHECKING:
-    from mtad.engine.loading import ModelSpec
+# mtad.methods imports torch (seconds): it is imported inside validate(), not here, because
+# run.py imports this module before Hydra composes anything (--help, --cfg job). Model specs
+# come from the torch-free mtad.engine.spec.
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -65,30 +65,12 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class ModelSpecConfig:
-    """Schema of :class:`mtad.engine.loading.ModelSpec` (same fields; that class checks the values).
-
-    Mirrored here so that composing a config (``--cfg job``, errors) does not import torch;
-    ``tests/test_configs.py`` keeps the two field lists equal.
-    """
-
-    loader: str = "hub"
-    path: str | None = None
-    dtype: str = "float32"
-    device_map: str | None = None
-    tiny: dict[str, Any] = field(default_factory=dict)
-    gpus: int | None = None
-    max_memory: str | None = None
-    allow_offload: bool = False
-
-
-@dataclass
 class PairConfig:
     """A (target, draft) pair; ``draft`` is null for target-only pairs."""
 
     name: str = MISSING
-    target: ModelSpecConfig = MISSING
-    draft: ModelSpecConfig | None = None
+    target: ModelSpec = MISSING
+    draft: ModelSpec | None = None
     chat_template: bool = False  # prompts go through the tokenizer's chat template
     notes: str = ""  # provenance, e.g. "draft chosen by us"
 
@@ -211,15 +193,12 @@ class RunSpec:
     dtype_choice: dict[str, str] = field(default_factory=dict)
 
 
-def _typed(node: Any, prefix: str, schema: type, build: Any = None) -> Any:
-    """``node`` merged into ``schema`` (types, unknown keys), then built by ``build`` (default:
-    the schema itself), whose ``__post_init__`` checks values."""
+def _typed(node: Any, prefix: str, schema: type) -> Any:
+    """``node`` merged into ``schema`` (types, unknown keys), then built as the schema's
+    dataclass, whose ``__post_init__`` checks values."""
     names = [f.name for f in dataclasses.fields(schema)]
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(schema), node)
-        if build is None:
-            return OmegaConf.to_object(typed)
-        return build(**OmegaConf.to_container(typed, resolve=True))
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
     except Exception as err:  # noqa: BLE001 - OmegaConf and __post_init__ raise many kinds
         raise ConfigError.from_exception(prefix, err, names) from err
 
@@ -227,12 +206,10 @@ def _typed(node: Any, prefix: str, schema: type, build: Any = None) -> Any:
 def validate(cfg: DictConfig) -> RunSpec:
     """Check every value that can be checked without loading a model; raise :class:`ConfigError`.
 
-    Builds the typed sections, the pair's :class:`~mtad.engine.loading.ModelSpec` and the method's
-    params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.engine and
-    mtad.methods) but loads nothing.
+    Builds the typed sections, the pair's :class:`~mtad.engine.spec.ModelSpec` and the method's
+    params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.methods) but
+    loads nothing.
     """
-    from mtad.engine.loading import ModelSpec  # torch: see the imports at the top
-
     known = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
     for key in cfg:
         if key not in known:
@@ -242,11 +219,12 @@ def validate(cfg: DictConfig) -> RunSpec:
     pair_node = cfg.get("pair")
     if pair_node is None:
         raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
-    pair = _typed(pair_node, "pair", PairConfig)
-    target = _typed(pair_node.target, "pair.target", ModelSpecConfig, ModelSpec)
+    # the model specs first: a bad value in them is named under pair.target / pair.draft
+    target = _typed(pair_node.target, "pair.target", ModelSpec)
     draft = None
     if pair_node.get("draft") is not None:
-        draft = _typed(pair_node.draft, "pair.draft", ModelSpecConfig, ModelSpec)
+        draft = _typed(pair_node.draft, "pair.draft", ModelSpec)
+    pair = _typed(pair_node, "pair", PairConfig)
 
     sections = {
         "runtime": RuntimeConfig,

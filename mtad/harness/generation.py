@@ -1,7 +1,7 @@
 """The model side of one run: torch settings, the loaded pair, the text generator around the
 engine's ``Decoder``, the untimed warm-up and the progress bar over prompts.
 
-Split from :mod:`mtad.harness.runner`, which orders these steps (and times them); this module
+Split from :mod:`mtad.harness.job`, which orders these steps (and times them); this module
 imports torch and the engine, so planners that only prepare runs (:mod:`mtad.harness.prepare`)
 never import it.
 """

@@ -1,7 +1,7 @@
 """A run prepared before any model loads: validated config, method and task (its data),
 signature and result folder, after the preflight checks (mtad.harness.preflight).
 
-Split from :mod:`mtad.harness.runner` so that planners (``mtad.paper``, the sweep
+Split from :mod:`mtad.harness.job` so that planners (``mtad.paper``, the sweep
 pre-validation callback) use the same preparation without the run machinery.
 """
 

@@ -1,6 +1,6 @@
 """What a run records and writes: the per-sample rows (task record + decode counters), the
 run's ``metrics.json`` block, the flat W&B summary, and the files of its result folder (their
-format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.runner`, which only
+format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.job`, which only
 orchestrates."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def run_metrics(
         "seed": rc.runtime.seed,
         "device": rc.runtime.device,
         # What a ratio may be taken across: runs on other hardware never share a ratio
-        # (mtad.harness.tables.GROUP_KEYS).
+        # (mtad.comparison.HARDWARE_KEYS).
         **hardware_identity(rc.runtime.device),
         "threads": torch.get_num_threads(),
         "dtypes": {role: {"dtype": m.dtype, "why": prep.spec.dtype_choice.get(role)}

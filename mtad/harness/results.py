@@ -115,7 +115,7 @@ def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------------------------
 # Environment
 # torch (seconds to import) is imported by the two functions that read it: this module is
-# imported by tools that never need it (mtad.harness.tables, mtad.paper, scripts/reproduce.py).
+# imported by tools that never need it (mtad.comparison, mtad.paper, scripts/reproduce.py).
 
 
 def git_state(cwd: Path | None = None) -> dict[str, Any]:

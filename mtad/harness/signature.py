@@ -5,7 +5,7 @@ are dropped, everything else (pair with its dtypes, method params with defaults 
 seed, warm-up) is hashed. Two runs with one signature are the same experiment, so a sweep re-run
 skips folders that are already complete.
 
-The hardware that changes results is hashed through the ``hardware`` block the runner adds
+The hardware that changes results is hashed through the ``hardware`` block the job adds
 (:func:`mtad.harness.prepare.prepare`: device kind and GPU model, from
 :func:`mtad.harness.results.hardware_identity`), so a CPU study re-run on a GPU is a new run.
 The device *string* (``cuda:0`` vs ``cuda:1``) and the thread count stay out: they do not change

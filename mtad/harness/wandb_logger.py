@@ -2,7 +2,7 @@
 
 Offline by default (``logger.mode`` reads ``$WANDB_MODE``); ``wandb sync`` uploads later.
 ``logger=none`` gives :class:`NullLogger`. ``wandb`` is imported only when used: its import and
-``init`` cost about two seconds, which the runner keeps out of the timed region and records.
+``init`` cost about two seconds, which the job keeps out of the timed region and records.
 
 One result, one W&B run: the run id is a function of the study and the run signature
 (:func:`wandb_run_id`) and W&B is started with ``resume="allow"``, so a run started again after
@@ -10,7 +10,7 @@ a crash, a ``kill -9`` or a SLURM pre-emption continues the same W&B run online.
 writes a new ``offline-run-<time>-<id>`` folder per start; the attempts before this one (they
 hold no result: a finished run is never started again) are deleted before ``wandb.init``, so
 ``wandb sync`` never uploads a second copy and counting runs by id gives one per result. The
-runner holds the run's claim (:mod:`mtad.harness.claims`) at that point, so no live process is
+job holds the run's lease (:mod:`mtad.harness.lease`) at that point, so no live process is
 writing those folders.
 """
 

@@ -27,6 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = REPO / "experiments"
 PROFILES_FILE = "profiles.yaml"
 PROFILES = ("paper", "cpu", "smoke")
+# Every key a recipe may hold, and each is read (a key outside these is refused, not ignored).
+RECIPE_KEYS = ("title", "reproduces", "runs", "table", "figures", "claims", "profiles")
+TABLE_KEYS = ("columns",)  # rows are always pair, task, method label
+CLAIM_KEYS = ("claim", "source", "paper", "method", "metric", "holds_if")
 
 
 class RecipeError(ValueError):
@@ -144,6 +148,7 @@ def load_recipe(name: str, root: Path = EXPERIMENTS) -> Recipe:
             f"unknown recipe {name!r}; choose from all, {', '.join(recipe_names(root))}"
         )
     data = _read_yaml(path)
+    _check_keys(name, data)
     return Recipe(
         name=name,
         title=str(data.get("title", name)),
@@ -154,6 +159,31 @@ def load_recipe(name: str, root: Path = EXPERIMENTS) -> Recipe:
         claims=tuple(data.get("claims") or ()),
         profiles=dict(data.get("profiles") or {}),
     )
+
+
+def _unknown(found: Iterable[Any], allowed: tuple[str, ...]) -> list[str]:
+    return sorted(str(k) for k in found if k not in allowed)
+
+
+def _check_keys(name: str, data: dict[str, Any]) -> None:
+    """Refuse keys nothing reads, and a recipe whose outputs would share one file stem."""
+    where = f"recipe {name!r}"
+    if bad := _unknown(data, RECIPE_KEYS):
+        raise RecipeError(
+            f"{where}: unknown key {bad[0]!r}; a recipe holds {', '.join(RECIPE_KEYS)}"
+        )
+    if bad := _unknown(data.get("table") or {}, TABLE_KEYS):
+        raise RecipeError(f"{where}: unknown key table.{bad[0]}; a table holds only 'columns'")
+    for claim in data.get("claims") or ():
+        if bad := _unknown(claim, CLAIM_KEYS):
+            raise RecipeError(
+                f"{where}: unknown claim key {bad[0]!r}; a claim holds {', '.join(CLAIM_KEYS)}"
+            )
+    if (data.get("table") or {}).get("columns") and data.get("claims"):
+        raise RecipeError(
+            f"{where}: a table and claims would both write tables/{name}.*; "
+            "put the claims in a recipe of their own"
+        )
 
 
 def load_recipes(names: Iterable[str], root: Path = EXPERIMENTS) -> list[Recipe]:

@@ -27,13 +27,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
 from mtad.harness.prepare import prepare
-from mtad.harness.results import METRICS_FILE, is_complete
+from mtad.harness.results import CONFIG_FILE, FAILED_FILE, METRICS_FILE, is_complete
 from mtad.harness.signature import config_hash
 from mtad.paper.expansion import PlannedRun
 from mtad.paper.recipes import REPO, RecipeError
 
 CONF = REPO / "conf"
-FAILED_FILE = "failed.json"
 # ConfigErrors under these keys mean "this data / judge is not here", not "this value is
 # wrong": the run is listed as not runnable, not a broken recipe. The device and the weights
 # are not checked when planning (they are the job host's business: a login node without GPUs
@@ -67,7 +66,7 @@ class RunStatus:
 
     def config(self) -> dict[str, Any]:
         assert self.result_dir is not None
-        return yaml.safe_load((self.result_dir / "config.yaml").read_text())
+        return yaml.safe_load((self.result_dir / CONFIG_FILE).read_text())
 
     def cell(self) -> str:
         """What a table shows where this run has no number."""

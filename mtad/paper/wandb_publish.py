@@ -72,23 +72,9 @@ def write_report(
         report_markdown(report, figures=rendered.figures, base=folder), encoding="utf-8"
     )
 
-    analysis_dir = (analysis or {}).get("dir")
-    if analysis_dir is None:
-        hits, _ = find_run_dirs(wandb_dir, [analysis_run_id(rendered.study, rendered.profile)])
-        analysis_dir = str(hits[-1]) if hits else None
-    run_dirs, missing = find_run_dirs(wandb_dir, rendered.run_ids)
     instructions = folder / PUBLISH_FILE
     instructions.write_text(
-        publish_instructions(
-            rendered,
-            project=project,
-            entity=entity,
-            analysis_dir=analysis_dir,
-            run_dirs=run_dirs,
-            missing=missing,
-            wandb_dir=wandb_dir,
-            publish_command=publish_command,
-        ),
+        _instructions(rendered, project, entity, wandb_dir, analysis, publish_command),
         encoding="utf-8",
     )
     out: dict[str, Any] = {
@@ -106,6 +92,33 @@ def write_report(
         print(f"W&B report: {url}")
         out["url"] = url
     return out
+
+
+def _instructions(
+    rendered: Rendered,
+    project: str,
+    entity: str | None,
+    wandb_dir: str | os.PathLike[str],
+    analysis: dict[str, Any] | None,
+    publish_command: str | None,
+) -> str:
+    """``PUBLISH.md``: the sync commands for the local run folders of the analysis run (the
+    one logged, else the newest under ``wandb_dir``) and of the harness runs behind it."""
+    analysis_dir = (analysis or {}).get("dir")
+    if analysis_dir is None:
+        hits, _ = find_run_dirs(wandb_dir, [analysis_run_id(rendered.study, rendered.profile)])
+        analysis_dir = str(hits[-1]) if hits else None
+    run_dirs, missing = find_run_dirs(wandb_dir, rendered.run_ids)
+    return publish_instructions(
+        rendered,
+        project=project,
+        entity=entity,
+        analysis_dir=analysis_dir,
+        run_dirs=run_dirs,
+        missing=missing,
+        wandb_dir=wandb_dir,
+        publish_command=publish_command,
+    )
 
 
 def publish_report(

@@ -57,92 +57,72 @@ def build_report(
     from the study so that re-rendering writes the same definition.
     """
     import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-    from wandb_workspaces import expr
 
     study, profile = rendered.study, rendered.profile
-    analysis_id = analysis_run_id(study, profile)
-    entity_name = entity or ""
     main_key = main_table or (
         "main" if "main" in rendered.tables else next(iter(rendered.tables), None)
     )
+    runs, analysis = _runsets(rendered, project, entity or "")
+    blocks = _summary_blocks(rendered, main_key) + [
+        wr.H2("Per method, over the study's runs"),
+        wr.PanelGrid(runsets=[runs], panels=_per_method_panels()),
+        wr.H2("Ablations: method parameters against speed and quality"),
+        wr.PanelGrid(runsets=[copy.deepcopy(runs)], panels=_ablation_panels()),
+    ]
+    analysis_panels = _analysis_panels(rendered, main_key)
+    if analysis_panels:
+        blocks += [
+            wr.H2("Figures and tables (analysis run)"),
+            wr.PanelGrid(runsets=[analysis], panels=analysis_panels),
+        ]
+    if rendered.markdown:
+        blocks += [wr.H2("The whole rendering"), wr.MarkdownBlock(rendered.markdown)]
+    report = wr.Report(
+        project=project,
+        entity=entity or "",
+        title=f"MTAD reproduction: {study} ({profile})"[:128],
+        description=f"Tables, figures and claims of study {study}, profile {profile}.",
+        blocks=blocks,
+    )
+    _fix_ids(report, f"{study}\0{profile}")
+    return report
 
+
+def _runsets(rendered: Rendered, project: str, entity: str) -> tuple[Any, Any]:
+    """The study's harness runs (group == study, not the analysis run, and when known their
+    ids) and the analysis run, as two run sets."""
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
+    from wandb_workspaces import expr
+
+    study, profile = rendered.study, rendered.profile
     run_filters = [expr.Metric("Group") == study, expr.Metric("JobType") != ANALYSIS_JOB_TYPE]
     if rendered.run_ids:
         run_filters.append(expr.Metric("ID").isin(list(rendered.run_ids)))
     runs = wr.Runset(
-        entity=entity_name,
+        entity=entity,
         project=project,
         name=f"{study} runs",
         filters=run_filters,
         groupby=["JobType"],
     )
     analysis = wr.Runset(
-        entity=entity_name,
+        entity=entity,
         project=project,
         name=analysis_run_name(study, profile),
-        filters=[expr.Metric("ID") == analysis_id],
+        filters=[expr.Metric("ID") == analysis_run_id(study, profile)],
     )
+    return runs, analysis
 
-    per_method: list[Any] = [
-        wr.BarPlot(
-            title=f"{key}: {label}",
-            metrics=[wr.SummaryMetric(key)],
-            groupby="JobType",
-            groupby_aggfunc="mean",
-            groupby_rangefunc="stddev",
-            title_x=label,
-        )
-        for key, label in RUN_METRICS.items()
-    ]
-    per_method.append(
-        wr.BarPlot(
-            title="time split: draft / verify / other (s)",
-            metrics=[wr.SummaryMetric(k) for k in TIME_SPLIT],
-            groupby="JobType",
-            groupby_aggfunc="mean",
-            title_x="seconds",
-        )
-    )
-    per_method.append(
-        wr.ScalarChart(
-            title="acceptance rate (mean over runs)",
-            metric=wr.SummaryMetric("acceptance_rate"),
-            groupby_aggfunc="mean",
-            groupby_rangefunc="stddev",
-        )
-    )
-    ablations: list[Any] = [
-        wr.ScatterPlot(
-            title=f"{metric} vs {param}",
-            x=wr.Config(f"method.{param}"),
-            y=wr.SummaryMetric(metric),
-        )
-        for param in ABLATION_PARAMS
-        for metric in ABLATION_METRICS
-    ]
-    media: list[Any] = []
-    if rendered.figures:
-        media.append(
-            wr.MediaBrowser(
-                title="figures",
-                media_keys=[f"figure/{k}" for k in rendered.figures],
-                num_columns=1,
-                layout=wr.Layout(w=24, h=12),
-            )
-        )
-    tables: list[Any] = [
-        wr.WeavePanelSummaryTable(table_name=key, layout=wr.Layout(w=24, h=10))
-        for key in (
-            ([f"table/{main_key}"] if main_key else [])
-            + (["ratios"] if not rendered.ratios.empty else [])
-            + (["claims"] if not rendered.claims.empty else [])
-        )
-    ]
 
+def _summary_blocks(rendered: Rendered, main_key: str | None) -> list[Any]:
+    """The opening text, the claims, the main table and the ratios, as Markdown."""
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
+
+    study, profile = rendered.study, rendered.profile
     blocks: list[Any] = [
         wr.P(
             f"Study {study}, profile {profile}: {len(rendered.run_ids)} harness runs in W&B "
-            f"group {study}; analysis run {analysis_id}. Regenerate with: "
+            f"group {study}; analysis run {analysis_run_id(study, profile)}. Regenerate with: "
             + ("; ".join(rendered.commands) or "scripts/reproduce.py")
         ),
         wr.H2("Claims"),
@@ -157,29 +137,83 @@ def build_report(
         ]
     if not rendered.ratios.empty:
         blocks += [wr.H2("Ratios per method"), wr.MarkdownBlock(_markdown_table(rendered.ratios))]
-    blocks += [
-        wr.H2("Per method, over the study's runs"),
-        wr.PanelGrid(runsets=[runs], panels=per_method),
-        wr.H2("Ablations: method parameters against speed and quality"),
-        wr.PanelGrid(runsets=[copy.deepcopy(runs)], panels=ablations),
-    ]
-    if media or tables:
-        blocks += [
-            wr.H2("Figures and tables (analysis run)"),
-            wr.PanelGrid(runsets=[analysis], panels=media + tables),
-        ]
-    if rendered.markdown:
-        blocks += [wr.H2("The whole rendering"), wr.MarkdownBlock(rendered.markdown)]
+    return blocks
 
-    report = wr.Report(
-        project=project,
-        entity=entity_name,
-        title=f"MTAD reproduction: {study} ({profile})"[:128],
-        description=f"Tables, figures and claims of study {study}, profile {profile}.",
-        blocks=blocks,
+
+def _per_method_panels() -> list[Any]:
+    """Bar charts per method of the summary keys the harness logs, the time split and the
+    acceptance rate."""
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
+
+    panels: list[Any] = [
+        wr.BarPlot(
+            title=f"{key}: {label}",
+            metrics=[wr.SummaryMetric(key)],
+            groupby="JobType",
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stddev",
+            title_x=label,
+        )
+        for key, label in RUN_METRICS.items()
+    ]
+    panels.append(
+        wr.BarPlot(
+            title="time split: draft / verify / other (s)",
+            metrics=[wr.SummaryMetric(k) for k in TIME_SPLIT],
+            groupby="JobType",
+            groupby_aggfunc="mean",
+            title_x="seconds",
+        )
     )
-    _fix_ids(report, f"{study}\0{profile}")
-    return report
+    panels.append(
+        wr.ScalarChart(
+            title="acceptance rate (mean over runs)",
+            metric=wr.SummaryMetric("acceptance_rate"),
+            groupby_aggfunc="mean",
+            groupby_rangefunc="stddev",
+        )
+    )
+    return panels
+
+
+def _ablation_panels() -> list[Any]:
+    """Scatter plots of the ablated method parameters (run config) against speed and quality."""
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
+
+    return [
+        wr.ScatterPlot(
+            title=f"{metric} vs {param}",
+            x=wr.Config(f"method.{param}"),
+            y=wr.SummaryMetric(metric),
+        )
+        for param in ABLATION_PARAMS
+        for metric in ABLATION_METRICS
+    ]
+
+
+def _analysis_panels(rendered: Rendered, main_key: str | None) -> list[Any]:
+    """The analysis run's figures (a MediaBrowser over ``figure/*``) and tables."""
+    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
+
+    media: list[Any] = []
+    if rendered.figures:
+        media.append(
+            wr.MediaBrowser(
+                title="figures",
+                media_keys=[f"figure/{k}" for k in rendered.figures],
+                num_columns=1,
+                layout=wr.Layout(w=24, h=12),
+            )
+        )
+    tables = [
+        wr.WeavePanelSummaryTable(table_name=key, layout=wr.Layout(w=24, h=10))
+        for key in (
+            ([f"table/{main_key}"] if main_key else [])
+            + (["ratios"] if not rendered.ratios.empty else [])
+            + (["claims"] if not rendered.claims.empty else [])
+        )
+    ]
+    return media + tables
 
 
 def _fix_ids(report: wr.Report, seed: str) -> None:

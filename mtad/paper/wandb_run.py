@@ -11,14 +11,12 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
+from mtad.comparison import COMPARISON_COLUMNS
 from mtad.paper.rendered import Rendered
-
-if TYPE_CHECKING:
-    pass
 
 ANALYSIS_JOB_TYPE = "analysis"
 REPORT_DIR = "report"
@@ -28,14 +26,6 @@ PUBLISH_FILE = "PUBLISH.md"
 PUBLISHED_FILE = "published.json"
 DEFINITION_FORMAT = "mtad.report/1: wandb_workspaces.reports.v2 ReportViewspec (by alias)"
 
-# The cross-run ratios of Rendered.ratios, one summary key each per (pair, task, method).
-RATIO_COLUMNS = (
-    "speedup_vs_ar",
-    "speedup_vs_sps",
-    "energy_ratio_vs_sps",
-    "ppl_change_vs_ar",
-    "score_change_vs_ar",
-)
 # Summary keys a harness run logs (mtad.harness.records.wandb_summary: flat metrics, nested
 # blocks as ``block/key``) and what they mean, for the per-method bar charts.
 RUN_METRICS: dict[str, str] = {
@@ -114,55 +104,12 @@ def log_analysis_run(
     name = analysis_run_name(rendered.study, rendered.profile)
     if mode == "disabled":
         return {"id": None, "dir": None, "mode": mode, "name": name}
-    import wandb  # 0.6 s to import: not when W&B is disabled
-
     Path(dir).mkdir(parents=True, exist_ok=True)
     if mode == "offline":
         _remove_superseded(Path(dir) / "wandb", run_id)
-    settings = wandb.Settings(
-        console="off",  # as mtad.harness.wandb_logger: the console stays ours
-        x_disable_stats=True,  # no system-metrics sampler: nothing here is worth sampling
-        silent=True,
-    )
-    run = wandb.init(
-        project=project,
-        entity=entity,
-        mode=mode,
-        dir=str(dir),
-        id=run_id,
-        resume="allow",
-        name=name,
-        group=rendered.study,
-        job_type=ANALYSIS_JOB_TYPE,
-        tags=[ANALYSIS_JOB_TYPE, rendered.profile],
-        config={
-            "study": rendered.study,
-            "profile": rendered.profile,
-            "out_dir": str(rendered.out_dir),
-            "run_ids": list(rendered.run_ids),
-            "n_runs": len(rendered.run_ids),
-            "commands": list(rendered.commands),
-            "tables": sorted(rendered.tables),
-            "figures": sorted(rendered.figures),
-        },
-        settings=settings,
-        reinit="finish_previous",
-    )
+    run = _start_run(rendered, project=project, entity=entity, mode=mode, dir=dir)
     try:
-        payload: dict[str, Any] = {}
-        for key, frame in rendered.tables.items():
-            payload[f"table/{key}"] = wandb_table(frame)
-        for key, frame in rendered.numeric.items():
-            payload[f"numeric/{key}"] = wandb_table(frame)
-        for key, png in rendered.figures.items():
-            if not Path(png).is_file():
-                raise FileNotFoundError(f"figure {key!r}: {png} does not exist")
-            payload[f"figure/{key}"] = wandb.Image(str(png), caption=key)
-        if not rendered.ratios.empty:
-            payload["ratios"] = wandb_table(rendered.ratios)
-        if not rendered.claims.empty:
-            payload["claims"] = wandb_table(rendered.claims)
-        run.log(payload)
+        run.log(_payload(rendered))
         run.summary.update(ratio_summary(rendered.ratios))
         run.summary.update(_claims_summary(rendered.claims))
         run_dir = Path(run.dir).parent  # run.dir is <run folder>/files
@@ -171,6 +118,66 @@ def log_analysis_run(
         raise
     run.finish()
     return {"id": run_id, "dir": str(run_dir), "mode": mode, "name": name}
+
+
+def _start_run(rendered: Rendered, *, project: str, entity: str | None, mode: str, dir: Any) -> Any:
+    """``wandb.init`` of the analysis run (id and name from study and profile, resumed)."""
+    import wandb  # 0.6 s to import: not when W&B is disabled
+
+    settings = wandb.Settings(
+        console="off",  # as mtad.harness.wandb_logger: the console stays ours
+        x_disable_stats=True,  # no system-metrics sampler: nothing here is worth sampling
+        silent=True,
+    )
+    return wandb.init(
+        project=project,
+        entity=entity,
+        mode=mode,
+        dir=str(dir),
+        id=analysis_run_id(rendered.study, rendered.profile),
+        resume="allow",
+        name=analysis_run_name(rendered.study, rendered.profile),
+        group=rendered.study,
+        job_type=ANALYSIS_JOB_TYPE,
+        tags=[ANALYSIS_JOB_TYPE, rendered.profile],
+        config=_analysis_config(rendered),
+        settings=settings,
+        reinit="finish_previous",
+    )
+
+
+def _analysis_config(rendered: Rendered) -> dict[str, Any]:
+    """The analysis run's config: study, profile, the runs behind it and the commands."""
+    return {
+        "study": rendered.study,
+        "profile": rendered.profile,
+        "out_dir": str(rendered.out_dir),
+        "run_ids": list(rendered.run_ids),
+        "n_runs": len(rendered.run_ids),
+        "commands": list(rendered.commands),
+        "tables": sorted(rendered.tables),
+        "figures": sorted(rendered.figures),
+    }
+
+
+def _payload(rendered: Rendered) -> dict[str, Any]:
+    """Every table (display and numeric), figure, the ratios and the claims, by W&B key."""
+    import wandb  # 0.6 s to import: not when W&B is disabled
+
+    payload: dict[str, Any] = {}
+    for key, frame in rendered.tables.items():
+        payload[f"table/{key}"] = wandb_table(frame)
+    for key, frame in rendered.numeric.items():
+        payload[f"numeric/{key}"] = wandb_table(frame)
+    for key, png in rendered.figures.items():
+        if not Path(png).is_file():
+            raise FileNotFoundError(f"figure {key!r}: {png} does not exist")
+        payload[f"figure/{key}"] = wandb.Image(str(png), caption=key)
+    if not rendered.ratios.empty:
+        payload["ratios"] = wandb_table(rendered.ratios)
+    if not rendered.claims.empty:
+        payload["claims"] = wandb_table(rendered.claims)
+    return payload
 
 
 def _remove_superseded(wandb_root: Path, run_id: str) -> list[Path]:
@@ -236,7 +243,7 @@ def ratio_summary(ratios: pd.DataFrame) -> dict[str, float]:
         return out
     for row in ratios.to_dict("records"):
         where = "/".join(str(row.get(k, "")) for k in ("pair", "task", "method"))
-        for col in RATIO_COLUMNS:
+        for col in COMPARISON_COLUMNS:
             value = row.get(col)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 out[f"ratio/{where}/{col}"] = float(value)

@@ -7,7 +7,7 @@ Order matters for honest numbers and cheap failures:
    :mod:`mtad.harness.preflight`) before anything heavy happens; the run signature is computed
    and a complete result folder means the run is skipped. Its time is ``overhead_s.validate``;
    torch and the engine are imported with this module, before that clock starts.
-2. The run claims its result folder (:mod:`mtad.harness.claims`): a run another live process
+2. The run leases its result folder (:mod:`mtad.harness.lease`): a run another live process
    holds is reported as claimed and skipped.
 3. Models load (:mod:`mtad.harness.generation`), then W&B (run id from the signature, see
    :mod:`mtad.harness.wandb_logger`) and codecarbon initialise (seconds each, recorded in
@@ -46,9 +46,9 @@ from omegaconf import DictConfig
 from mtad.engine.loop import ContextOverflow
 from mtad.harness import generation
 from mtad.harness.callbacks import write_pointer
-from mtad.harness.claims import ClaimHeld, claim, describe
 from mtad.harness.config import ConfigError
 from mtad.harness.energy import EnergyMeter
+from mtad.harness.lease import LeaseHeld, describe, lease
 from mtad.harness.prepare import Prepared, prepare
 from mtad.harness.records import (
     commit,
@@ -100,7 +100,7 @@ def run(cfg: DictConfig) -> RunOutcome:
         print(f"skip {prep.result_dir} (complete)")
         return RunOutcome("skipped", prep.signature, prep.result_dir)
     try:
-        with claim(prep.result_dir) as owner:
+        with lease(prep.result_dir) as owner:
             # the previous owner may have finished between our check and our claim
             if rc.results.skip_existing and is_complete(prep.result_dir):
                 print(f"skip {prep.result_dir} (complete)")
@@ -115,7 +115,7 @@ def run(cfg: DictConfig) -> RunOutcome:
                 # Success or failure, the next job of an in-process sweep (basic launcher)
                 # must find the GPUs as empty as the first did.
                 generation.release_memory()
-    except ClaimHeld as held:
+    except LeaseHeld as held:
         note = f"claimed by {describe(held.owner)}"
         print(f"skip {prep.result_dir} ({note}; rerun to complete it if that owner dies)")
         return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)

