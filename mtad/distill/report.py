@@ -51,7 +51,8 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
                  n_params: int, size_bytes: int):
     gpus = recipe["env"]["hardware"]["gpus"]  # mtad.harness.results.environment()
     hw = recipe["env"]["hardware"]
-    device = gpus[0] if gpus else f"CPU ({hw.get('processor') or 'unknown'}, {hw['torch_threads']} torch thread(s))"
+    cpu = f"CPU ({hw.get('processor') or 'unknown'}, {hw.get('torch_threads')} torch thread(s))"
+    device = gpus[0] if gpus else cpu
     lines = [f"# Distilled draft `{spec.name}` for {recipe['target']}", ""]
     lines += [
         f"- Architecture: Llama, {spec.layers} layers, hidden {spec.hidden}, intermediate "
