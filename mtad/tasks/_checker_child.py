@@ -1,6 +1,6 @@
 """The trusted HumanEval checker process (private to :mod:`mtad.tasks.checker`).
 
-Started as ``python -I -B _checker_child.py '<json spec>'`` with the problem (``prompt``,
+Started as ``python -I -S -B _checker_child.py '<json spec>'`` with the problem (``prompt``,
 ``test``, ``entry_point``) as JSON on stdin. It runs the data set's code only: the prompt (for
 the helper functions the tests call, e.g. ``poly`` of HumanEval/32, ``encode_cyclic`` of
 HumanEval/38) and the test's ``check``, with the entry point bound to a proxy whose every call

@@ -88,7 +88,7 @@ def check_completion(
     with tempfile.TemporaryFile() as err:
         try:
             checker = subprocess.Popen(
-                [sys.executable, "-I", "-B", str(_CHECKER), json.dumps(spec)],
+                [sys.executable, "-I", "-S", "-B", str(_CHECKER), json.dumps(spec)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
