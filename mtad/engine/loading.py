@@ -24,6 +24,14 @@ from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
+# The ModelSpec fields each loader reads (besides ``loader``); a field set to anything but its
+# default under a loader that ignores it is refused (mtad.harness.config), never dropped.
+LOADER_READS = {
+    "hub": ("path", "dtype", "device_map"),
+    "local": ("path", "dtype", "device_map"),
+    "smollm2_gguf": ("dtype",),
+    "tiny": ("dtype", "tiny"),
+}
 
 
 @dataclass
@@ -41,7 +49,7 @@ class ModelSpec:
     path: str | None = None
     dtype: str = "float32"
     device_map: str | None = None
-    tiny: dict[str, Any] = field(default_factory=dict)
+    tiny: dict[str, Any] | None = field(default_factory=dict)  # null: none (as {})
 
     def __post_init__(self) -> None:
         if self.loader not in LOADERS:

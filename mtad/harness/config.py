@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mtad.config_types import hints, type_problem
 from mtad.tasks.base import PROTOCOLS
 
 # mtad.engine and mtad.methods import torch (seconds): they are imported inside validate(), not
@@ -75,7 +76,7 @@ class ModelSpecConfig:
     path: str | None = None
     dtype: str = "float32"
     device_map: str | None = None
-    tiny: dict[str, Any] = field(default_factory=dict)
+    tiny: dict[str, Any] | None = field(default_factory=dict)  # null: none (as {})
 
 
 @dataclass
@@ -238,9 +239,11 @@ def validate(cfg: DictConfig) -> RunSpec:
         raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
     pair = _typed(pair_node, "pair", PairConfig)
     target = _typed(pair_node.target, "pair.target", ModelSpecConfig, ModelSpec)
+    _check_loader_reads("pair.target", target)
     draft = None
     if pair_node.get("draft") is not None:
         draft = _typed(pair_node.draft, "pair.draft", ModelSpecConfig, ModelSpec)
+        _check_loader_reads("pair.draft", draft)
 
     sections = {
         "runtime": RuntimeConfig,
@@ -276,6 +279,34 @@ def validate(cfg: DictConfig) -> RunSpec:
         **typed,
     )
     return RunSpec(run_cfg, target, draft, str(method_name), params, params_dict, str(task_name))
+
+
+def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
+    """A key the spec's loader ignores (``path`` under ``smollm2_gguf``, ``device_map`` under
+    ``tiny`` ...) must not be set: the run would silently use something else. ``tiny`` options
+    are checked against :func:`mtad.engine.tiny.build_tiny_model`'s parameters."""
+    from mtad.engine.loading import LOADER_READS  # torch: see the imports at the top
+    from mtad.engine.tiny import build_tiny_model
+
+    defaults = ModelSpecConfig()
+    reads = LOADER_READS[spec.loader]
+    for f in dataclasses.fields(ModelSpecConfig):
+        value = getattr(spec, f.name)
+        unset = value is None or value == getattr(defaults, f.name)
+        if f.name != "loader" and f.name not in reads and not unset:
+            users = sorted(k for k, v in LOADER_READS.items() if f.name in v)
+            raise ConfigError(
+                f"{prefix}.{f.name}",
+                f"the {spec.loader} loader ignores {f.name} (set to {value!r}); remove it "
+                f"({prefix}.{f.name}=null), or pick a loader that reads it ({', '.join(users)})",
+            )
+    options = hints(build_tiny_model)
+    for name, value in (spec.tiny or {}).items():
+        if name not in options:
+            raise ConfigError(f"{prefix}.tiny.{name}", f"not an option (has {sorted(options)})")
+        problem = type_problem(value, options[name])
+        if problem:
+            raise ConfigError(f"{prefix}.tiny.{name}", problem)
 
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:
