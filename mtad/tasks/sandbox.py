@@ -196,6 +196,7 @@ def run_python(
     python = python or default_python()
     switch_uid = os.geteuid() == 0
     uid = allocate_uid() if switch_uid else None
+    serve_fds_closed = False
     workdir = tempfile.mkdtemp(prefix="mtad-sandbox-")
     try:
         Path(workdir, "program.py").write_text(source, encoding="utf-8")
@@ -254,6 +255,7 @@ def run_python(
             finally:
                 for fd in pass_fds[1:]:
                     os.close(fd)
+                serve_fds_closed = True
             try:
                 try:
                     if serve is None:
@@ -273,6 +275,9 @@ def run_python(
             stdout = output_tail(out, limits.max_output_bytes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if serve is not None and not serve_fds_closed:  # failed before the hand-over
+            os.close(serve.request_fd)
+            os.close(serve.reply_fd)
 
     merged: dict = {}
     for r in reports:
@@ -299,7 +304,7 @@ def run_python(
         wall_s=wall,
         isolation=isolation,
         uid=uid,
-        completed=completed and not timed_out,
+        completed=completed and not timed_out and serve is None,
     )
 
 
