@@ -219,6 +219,7 @@ def scored() -> dict[str, dict]:
 
     task = HumanEvalTask(timeout_s=2.0, memory_mb=256, workers=4)
     sample = task.load_samples()[0]
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. a W&B service
     canonical = read_problems()[sample.id]["canonical_solution"]
     completions = {**FORGERIES, **RIGGED, **ENDINGS, "canonical": canonical}
     completions["sys.exit(0) at module level after a correct body"] = (
@@ -229,6 +230,7 @@ def scored() -> dict[str, dict]:
     elapsed = time.perf_counter() - start
     records = dict(zip(completions, res.records, strict=True))
     records["_elapsed"] = {"seconds": elapsed}
+    records["_children_before"] = {"pids": before}
     return records
 
 
@@ -281,8 +283,8 @@ def test_reasons_say_what_happened(scored: dict[str, dict]) -> None:
 
 def test_nothing_is_left_running(scored: dict[str, dict]) -> None:
     time.sleep(0.1)
-    me = psutil.Process()
-    assert me.children(recursive=True) == []
+    before = scored["_children_before"]["pids"]
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
     daemons = []
     for p in psutil.process_iter(["cmdline"]):
         try:
