@@ -18,7 +18,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from mtad.harness.cli import check_group_choices, report_config_error
+from mtad.harness.cli import check_command_line, report_config_error
 from mtad.harness.config import ConfigError, register_configs
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -29,11 +29,15 @@ def main(cfg: DictConfig) -> None:
     # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
     # group-choice check (under __main__) do not need.
     from mtad.harness.job import run_from_hydra
+    from mtad.harness.results import ResultsNotWritten
 
     try:
         run_from_hydra(cfg)
     except ConfigError as err:
         report_config_error(err)
+    except ResultsNotWritten as err:  # e.g. the disk filled up: one line, exit status 1
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
@@ -43,7 +47,7 @@ if __name__ == "__main__":
     # ("run ID ... is in use"). Each run.py owns its W&B service.
     os.environ.pop("WANDB_SERVICE", None)
     try:
-        check_group_choices(sys.argv[1:], CONF_DIR)
+        check_command_line(sys.argv[1:], CONF_DIR)
     except ConfigError as err:
         report_config_error(err)
     register_configs()

@@ -45,3 +45,42 @@ class FailAtGeneration(Callback):
 
             generator.TextGenerator.__call__ = self.saved  # type: ignore[method-assign]
             self.saved = None
+
+
+class _FullDiskOS:
+    """``os`` as :mod:`mtad.harness.results` sees it on a full disk: ``fsync`` of a written
+    file fails with ENOSPC (a write-back failure, as the kernel reports it), all else is ``os``."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def fsync(self, fd: int) -> None:
+        import errno
+
+        raise OSError(errno.ENOSPC, self._real.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+class FullDisk(Callback):
+    """The results disk is full once the run writes its result folder (after the work)::
+
+    +hydra.callbacks.disk._target_=fault_injection.FullDisk
+    """
+
+    def __init__(self) -> None:
+        self.saved: Any = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mtad.harness import results
+
+        self.saved = results.os
+        results.os = _FullDiskOS(results.os)  # type: ignore[assignment]
+
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.saved is not None:
+            from mtad.harness import results
+
+            results.os = self.saved  # type: ignore[assignment]
+            self.saved = None

@@ -20,7 +20,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from mtad.harness.cli import check_group_choices
+from mtad.harness.cli import check_command_line
 from mtad.harness.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +54,7 @@ def table_rows() -> list[tuple[str, str, str]]:
 
 
 ROWS = table_rows()
+FULL_DISK = "fault_injection.FullDisk"
 
 
 def test_the_table_has_the_inputs_of_the_issue() -> None:
@@ -87,6 +88,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "bad_config").mkdir()
     (tmp / "bad_config" / "config.json").write_text("")
     shutil.copy(DRAFT / "model.safetensors", tmp / "bad_config")
+    (tmp / "broken.jsonl").write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": }\n')
     return tmp
 
 
@@ -102,7 +104,7 @@ def prepare_inputs(overrides: list[str]):  # noqa: ANN201 - Prepared
     """What run.py does before the task function loads a model."""
     from mtad.harness.job import prepare
 
-    check_group_choices(overrides, CONF)
+    check_command_line(overrides, CONF)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["+experiment=smoke", *overrides])
     return prepare(cfg)
@@ -118,6 +120,8 @@ def test_row(inp: str, key: str, message: str, scratch: Path, monkeypatch) -> No
 
     if inp.startswith("-m "):
         pytest.skip("a sweep row: test_sweep_with_one_bad_job_runs_nothing")
+    if FULL_DISK in inp:
+        pytest.skip("a row of the run itself: test_full_results_disk_is_one_line")
     if inp == "runtime.device=cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     monkeypatch.setattr(mtad.engine.loading, "load_pair", _no_model)
@@ -154,7 +158,13 @@ def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(
     "inp",
-    ["results.root=/proc/nope", "runtime.device=mps", "+foo=1", "method=sps method.gamma=1000"],
+    [
+        "results.root=/proc/nope",
+        "runtime.device=mps",
+        "+foo=1",
+        "method=sps method.gamma=1000",
+        "runtime.seed=abc",  # refused before Hydra composes (its error is multi-line)
+    ],
 )
 def test_run_py_exits_2_with_the_table_line(inp: str, tmp_path: Path) -> None:
     (row,) = [r for r in ROWS if r[0] == inp]
@@ -202,3 +212,42 @@ def test_sweep_with_one_bad_job_runs_nothing(tmp_path: Path) -> None:
     assert line.startswith("error: method.gamma: block of 1000 tokens") and "[job 1: " in line
     assert not (tmp_path / "sweep2").exists()  # Hydra never reached the launcher
     assert not (tmp_path / "wandb").exists()
+
+
+def test_the_table_has_the_inputs_of_issue_19() -> None:
+    inputs = " ".join(r[0] for r in ROWS)
+    for needle in (
+        "pair.target.path=/etc",
+        "runtime.seed=abc",
+        "task.limit=abc",
+        "broken.jsonl",
+        FULL_DISK,
+    ):
+        assert needle in inputs, needle
+
+
+def test_full_results_disk_is_one_line(tmp_path: Path) -> None:
+    """The disk fills up when the finished run writes its folder: one line saying what could not
+    be written and that nothing counts as complete, exit status 1, and the folder is not
+    complete (no metrics.json), so the next run redoes it."""
+    from mtad.harness.results import is_complete
+
+    (row,) = [r for r in ROWS if FULL_DISK in r[0]]
+    results = tmp_path / "results"
+    common = ["+experiment=smoke", f"results.root={results}", "logger.name=none"]
+    env_path = f"{REPO / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    env = {**os.environ, "PYTHONPATH": env_path, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *common, row[0], f"hydra.run.dir={tmp_path / 'h'}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    (line,) = out.stderr.splitlines()
+    (folder,) = (results / "smoke").iterdir()
+    expected = row[2].replace("<tmp>", str(tmp_path)).replace("<signature>", folder.name)
+    assert line == f"error: {row[1]}: {expected}"
+    assert not (folder / "metrics.json").exists() and not is_complete(folder)

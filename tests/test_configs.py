@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.engine.spec import ModelSpec
 from mtad.harness.cli import check_group_choices
 from mtad.harness.config import ConfigError, validate
 from mtad.harness.signature import run_signature
@@ -207,10 +208,15 @@ def test_signature_ignores_logging_device_and_output_keys(smoke: DictConfig) -> 
         "runtime.threads=2",
         "runtime.progress=false",
         "tags=[x]",
-        "pair.target.device_map=auto",
     ]
     for assignment in same:
         assert _signature(smoke, assignment) == base, assignment
+    # placement neither, under a loader that reads it (the tiny loader refuses device_map: #19)
+    local = smoke.copy()
+    for role in ("target", "draft"):
+        spec = ModelSpec(loader="local", path="assets/drafts/smollm2-draft")
+        local.pair[role] = OmegaConf.structured(spec)
+    assert _signature(local, "pair.target.device_map=auto") == _signature(local)
 
 
 def test_signature_follows_result_relevant_keys(smoke: DictConfig) -> None:
@@ -247,10 +253,14 @@ def test_signature_is_stable_and_readable() -> None:
 def test_missing_local_model_folder_is_reported_before_loading(smoke: DictConfig) -> None:
     from mtad.harness.job import prepare
 
-    cfg = with_values(smoke, "pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing")
+    def local_draft(cfg: DictConfig) -> DictConfig:
+        # the local loader reads no tiny options: the tiny preset's are refused unless null (#19)
+        local = ["pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing"]
+        return with_values(cfg, *local, "pair.draft.tiny=null")
+
     with pytest.raises(ConfigError) as info:
-        prepare(cfg)
+        prepare(local_draft(smoke))
     assert info.value.key == "pair.draft.path" and "nothing is missing" in str(info.value)
     # a method without a draft does not need the draft's folder
     ar = compose_cfg("+experiment=smoke", "method=ar")
-    prepare(with_values(ar, "pair.draft.loader=local", "pair.draft.path=assets/drafts/nothing"))
+    prepare(local_draft(ar))

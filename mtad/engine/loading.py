@@ -30,7 +30,14 @@ from transformers import (
 
 from mtad.cpu import choose_dtype
 from mtad.engine.runner import ModelRunner, check_same_vocab
-from mtad.engine.spec import DTYPE_NAMES, ModelSpec, parse_bytes, resolve_path
+from mtad.engine.spec import (  # noqa: F401 (re-exported)
+    DTYPE_NAMES,
+    LOADER_READS,
+    LOADERS,
+    ModelSpec,
+    parse_bytes,
+    resolve_path,
+)
 from mtad.engine.subvocab import read_vocab, restrict_vocab
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 

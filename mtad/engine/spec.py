@@ -18,6 +18,14 @@ from mtad.cpu import DTYPE_CHOICES
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
+# The ModelSpec fields each loader reads (besides ``loader``); a field set to anything but its
+# default under a loader that ignores it is refused (mtad.harness.config), never dropped.
+LOADER_READS = {
+    "hub": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload"),
+    "local": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload"),
+    "smollm2_gguf": ("dtype",),
+    "tiny": ("dtype", "tiny"),
+}
 
 
 @dataclass
@@ -35,7 +43,7 @@ class ModelSpec:
     path: str | None = None
     dtype: str = "float32"  # or "auto": by the CPU's bfloat16 support (mtad.cpu.choose_dtype)
     device_map: str | None = None  # accelerate's strategy over GPUs: auto, balanced, ...
-    tiny: dict[str, Any] = field(default_factory=dict)
+    tiny: dict[str, Any] | None = field(default_factory=dict)  # null: none (as {})
     gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
     max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
     allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
@@ -67,4 +75,7 @@ def resolve_path(path: str) -> str:
     return str(p if p.is_absolute() else REPO_ROOT / p)
 
 
-__all__ = ["DTYPE_NAMES", "LOADERS", "REPO_ROOT", "ModelSpec", "parse_bytes", "resolve_path"]
+__all__ = [
+    "DTYPE_NAMES", "LOADER_READS", "LOADERS", "REPO_ROOT", "ModelSpec", "parse_bytes",
+    "resolve_path",
+]

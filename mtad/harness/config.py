@@ -18,8 +18,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from mtad.config_types import hints, type_problem
 from mtad.cpu import choose_dtype
-from mtad.engine.spec import ModelSpec
+from mtad.engine.spec import LOADER_READS, ModelSpec
 from mtad.tasks.base import PROTOCOLS
 
 # mtad.methods imports torch (seconds): it is imported inside validate(), not here, because
@@ -221,9 +222,11 @@ def validate(cfg: DictConfig) -> RunSpec:
         raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
     # the model specs first: a bad value in them is named under pair.target / pair.draft
     target = _typed(pair_node.target, "pair.target", ModelSpec)
+    _check_loader_reads("pair.target", target)
     draft = None
     if pair_node.get("draft") is not None:
         draft = _typed(pair_node.draft, "pair.draft", ModelSpec)
+        _check_loader_reads("pair.draft", draft)
     pair = _typed(pair_node, "pair", PairConfig)
 
     sections = {
@@ -268,6 +271,33 @@ def validate(cfg: DictConfig) -> RunSpec:
     return RunSpec(
         run_cfg, target, draft, str(method_name), params, params_dict, str(task_name), dtype_choice
     )
+
+
+def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
+    """A key the spec's loader ignores (``path`` under ``smollm2_gguf``, ``device_map`` under
+    ``tiny`` ...) must not be set: the run would silently use something else. ``tiny`` options
+    are checked against :func:`mtad.engine.tiny.build_tiny_model`'s parameters."""
+    from mtad.engine.tiny import build_tiny_model
+
+    reads = LOADER_READS[spec.loader]
+    for f in dataclasses.fields(ModelSpec):
+        value = getattr(spec, f.name)
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        unset = value is None or value == default
+        if f.name != "loader" and f.name not in reads and not unset:
+            users = sorted(k for k, v in LOADER_READS.items() if f.name in v)
+            raise ConfigError(
+                f"{prefix}.{f.name}",
+                f"the {spec.loader} loader ignores {f.name} (set to {value!r}); remove it "
+                f"({prefix}.{f.name}=null), or pick a loader that reads it ({', '.join(users)})",
+            )
+    options = hints(build_tiny_model)
+    for name, value in (spec.tiny or {}).items():
+        if name not in options:
+            raise ConfigError(f"{prefix}.tiny.{name}", f"not an option (has {sorted(options)})")
+        problem = type_problem(value, options[name])
+        if problem:
+            raise ConfigError(f"{prefix}.tiny.{name}", problem)
 
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:

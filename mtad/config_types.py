@@ -1,0 +1,106 @@
+"""Type checks of config values against the annotations of the code that takes them.
+
+Method params dataclasses and task constructors are typed (``gamma: int``, ``limit: int |
+None``), but ``method`` and ``task`` reach them as free-form mappings, so ``task.limit=abc``
+used to fail deep inside with "'<' not supported between instances of 'str' and 'int'". Here
+each value is checked against its annotation first, and the message says the expected type:
+``must be an integer or null, got 'abc'``. Lenient where the code is: ``float`` takes ints, a
+``Sequence`` takes a list, a tuple or a single string, unknown annotations take anything.
+
+No torch, no package imports: :mod:`mtad.harness.config` (imported before Hydra composes) and
+:mod:`mtad.tasks` use it.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+_NAMES = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    type(None): "null",
+}
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.Iterable)
+_MAPPINGS = (dict, collections.abc.Mapping)
+
+
+def _members(annotation: Any) -> tuple[Any, ...]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _accepts(kind: Any, value: Any) -> bool | None:
+    """Whether ``value`` fits ``kind`` (None: this check does not know ``kind``)."""
+    origin = typing.get_origin(kind) or kind
+    if kind is Any:
+        return True
+    if kind in (bool, int, str, type(None)):
+        return type(value) is kind
+    if kind is float:
+        return type(value) in (int, float)
+    if origin in _SEQUENCES:
+        return isinstance(value, (list, tuple, str))
+    if origin in _MAPPINGS:
+        return isinstance(value, dict)
+    if origin is typing.Literal:
+        return value in typing.get_args(kind)
+    return None
+
+
+def describe(annotation: Any) -> str:
+    """``int | None`` -> ``an integer or null``."""
+    names = []
+    for kind in _members(annotation):
+        origin = typing.get_origin(kind) or kind
+        if kind in _NAMES:
+            names.append(_NAMES[kind])
+        elif origin in _SEQUENCES:
+            names.append("a list")
+        elif origin in _MAPPINGS:
+            names.append("a mapping")
+        elif origin is typing.Literal:
+            names.append(" or ".join(repr(a) for a in typing.get_args(kind)))
+        else:
+            names.append(getattr(kind, "__name__", str(kind)))
+    return " or ".join(dict.fromkeys(names))
+
+
+def type_problem(value: Any, annotation: Any) -> str | None:
+    """``"must be <type>, got <value>"`` when ``value`` does not fit ``annotation``, else None."""
+    verdicts = [_accepts(kind, value) for kind in _members(annotation)]
+    if any(v is None for v in verdicts) or any(verdicts):
+        return None
+    return f"must be {describe(annotation)}, got {value!r}"
+
+
+def hints(obj: Callable[..., Any] | type) -> dict[str, Any]:
+    """Resolved annotations of a dataclass or a function ({} when they cannot be resolved)."""
+    try:
+        found = typing.get_type_hints(obj)
+    except Exception:  # noqa: BLE001 - names only imported under TYPE_CHECKING: no check
+        return {}
+    found.pop("return", None)
+    return found
+
+
+def keyword_hints(cls: type) -> dict[str, Any]:
+    """Annotations of the keyword-only ``__init__`` parameters along ``cls``'s MRO (the
+    subclass's own annotation wins), as :func:`mtad.tasks.build_task` passes options."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        found = hints(init)
+        for p in inspect.signature(init).parameters.values():
+            if p.kind is p.KEYWORD_ONLY and p.name in found:
+                out[p.name] = found[p.name]
+    return out
