@@ -110,6 +110,10 @@ def test_every_method_writes_a_complete_result_folder(method_runs: dict, method:
     assert (metrics["draft_forwards"] > 0) == uses_draft
     assert (metrics["acceptance_rate"] is not None) == (metrics["drafted"] > 0)
     assert metrics["threads"] == 1  # runtime.threads of the smoke preset
+    # the logits head of each model and, for a CPU head, the kernel each row count ran
+    kernels = metrics["lm_head_kernels"]
+    assert "target" in kernels and set(kernels) == set(metrics["lm_head"])
+    assert all(bool(kernels[r]) == (metrics["lm_head"][r] == "fast") for r in kernels)
 
     energy = metrics["energy"]  # codecarbon, around generation only
     assert energy["tracker"] == "offline" and energy["kwh"] > 0 and energy["j_per_token"] > 0

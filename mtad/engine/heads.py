@@ -148,9 +148,9 @@ def head_kernel(
     """The fastest of :data:`HEAD_KERNELS` for projecting ``rows`` rows onto ``weight`` on this
     machine: the table's cached choice, or measured now on random rows (and cached). The one
     rule :class:`CPUHeadLM` and ``bench/lm_head.py`` both follow; ``linear`` unmeasured beyond
-    :data:`MEASURED_MAX_ROWS` rows."""
-    if rows > MEASURED_MAX_ROWS:
-        return "linear"
+    :data:`MEASURED_MAX_ROWS` rows and off the CPU."""
+    if rows > MEASURED_MAX_ROWS or weight.device.type != "cpu":
+        return "linear"  # (off the CPU: the stock kernel, unmeasured)
     table = table if table is not None else kernel_table()
     if transposed is None:  # made on first call, once
         transposed = functools.cache(lambda: weight.detach().T.contiguous())
