@@ -12,6 +12,11 @@ and ``sps`` on the same prompts and seeds; methods run interleaved prompt by pro
     python -m bench.overhead --pair tiny           # seconds; the random test pair
     python -m bench.overhead --reorder copy,inplace  # beam cache reorder before/after (#18)
 
+``--beam-draft N`` times only the beam draft (``mtad.methods.beam.beam_sample``, B=4, gamma=4,
+on the draft and, as MTJD drafts, on the target) after an N-token context, ``copy`` and
+``inplace`` alternating, and prints the median of the paired per-repeat time ratios: the
+cache bookkeeping the reorder changes, without the noise of whole generations.
+
 ``--reorder`` runs every method once per cache-reorder mode of :class:`mtad.engine.ModelRunner`
 (``copy``: transformers' ``reorder_cache`` / ``batch_repeat_interleave``, the code before issue
 18; ``inplace``: only the drafted positions move), interleaved like the methods.
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import torch
 
 from bench import common
 from mtad.engine import Decoder, DecodeStats
@@ -152,6 +159,60 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     return results
 
 
+def beam_draft(args: argparse.Namespace) -> dict[str, list[float]]:
+    """Paired timing of one beam-sampled block per reorder mode, on each model of the pair."""
+    import statistics
+    import time
+
+    from mtad.engine import WarpConfig
+    from mtad.methods.beam import beam_sample
+
+    common.setup(args)
+    bp = common.load_bench_pair(args, need_draft=True)
+    prompts = common.load_prompts(args, bp.tokenizer)
+    ids = torch.tensor(sum((p.ids for p in prompts), [])[: args.beam_draft])
+    ids = torch.cat([ids] * (args.beam_draft // max(len(ids), 1) + 1))[: args.beam_draft]
+    warp = WarpConfig(1.0, 10, 0.9)
+    ratios: dict[str, list[float]] = {}
+    seconds: dict[str, dict[str, list[float]]] = {}
+    for runner in (bp.draft, bp.target):
+        times: dict[str, list[float]] = {"copy": [], "inplace": []}
+        for rep in range(args.repeats + 1):  # the first pair is a warm-up
+            for reorder in ("copy", "inplace") if rep % 2 else ("inplace", "copy"):
+                runner.reorder = reorder
+                runner.reset()
+                runner.feed(ids[:-1])  # the context, outside the clock
+                gen = torch.Generator().manual_seed(rep)
+                start = time.perf_counter()
+                beam_sample(runner, ids, 4, 4, warp, gen)
+                if rep:
+                    times[reorder].append(time.perf_counter() - start)
+        runner.reset()
+        ratios[runner.role] = [c / i for c, i in zip(times["copy"], times["inplace"], strict=True)]
+        seconds[runner.role] = times
+    print(common.environment_line(args))
+    print(f"pair: {bp.describe()}")
+    print(f"beam draft B=4, gamma=4 after {len(ids)} context tokens, {args.repeats} paired repeats")
+    rows = []
+    for role, r in ratios.items():
+        q = statistics.quantiles(r, n=4)
+        rows.append(
+            [
+                role,
+                f"{1e3 * statistics.median(seconds[role]['copy']):.1f}",
+                f"{1e3 * statistics.median(seconds[role]['inplace']):.1f}",
+                f"{statistics.median(r):.3f}",
+                f"{q[0]:.3f} - {q[2]:.3f}",
+            ]
+        )
+    common.print_table(
+        "beam draft time, copy (before #18) vs inplace (after)",
+        ["model", "copy ms", "inplace ms", "median copy/inplace", "quartiles"],
+        rows,
+    )
+    return ratios
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_args(ap)
@@ -166,8 +227,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         default="inplace",
         help="comma-separated cache reorder modes to compare: copy (before #18), inplace",
     )
+    ap.add_argument("--beam-draft", type=int, default=0, help="time only the beam draft")
+    ap.add_argument("--repeats", type=int, default=20, help="paired repeats for --beam-draft")
     ap.add_argument("--verbose", action="store_true")
-    return run(ap.parse_args(argv))
+    args = ap.parse_args(argv)
+    return beam_draft(args) if args.beam_draft else run(args)
 
 
 if __name__ == "__main__":
