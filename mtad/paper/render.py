@@ -179,6 +179,7 @@ def aggregate(
     long numeric frame (``pair, task, method, metric, mean, std, n, lo, hi, n_prompts``: the
     interval of a ratio or change column, :func:`group_interval`; NaN elsewhere). Baselines
     for the intervals come from ``baselines`` (default ``runs``)."""
+    baselines = runs if baselines is None else baselines
     display_rows, numeric_rows = [], []
     for key, group in runs.groupby(ROW_KEYS, sort=False, dropna=False):
         row: dict[str, Any] = dict(zip(ROW_KEYS, key, strict=True))
@@ -253,6 +254,7 @@ def claims_table(
     figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
     interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``). A
     claim without comparable runs gets one ``unresolved`` row that says so."""
+    baselines = runs if baselines is None else baselines
     out = []
     for claim in recipe.claims:
         metric, method = str(claim["metric"]), str(claim["method"])
