@@ -448,12 +448,15 @@ def _numeric_scores(runs: pd.DataFrame) -> pd.DataFrame:
 
 def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """``{name: table}`` of :data:`STUDY_TABLES`: one row per (pair, task, method label),
-    values averaged over seeds (``seeds`` counts them)."""
+    values averaged over seeds (``seeds`` counts them); each comparison column is followed by
+    its 95% interval (``... [95%: lo]``, ``[95%: hi]``, ``[95%: prompts]``:
+    :func:`comparison_interval`)."""
     if runs.empty:
         return {}
     runs = add_comparisons(_numeric_scores(runs))
     tables = {}
     for name, columns in STUDY_TABLES.items():
+        columns = dict(columns)  # gains the interval headers
         present = [c for c in columns if c in runs.columns and runs[c].notna().any()]
         numeric = [c for c in present if pd.api.types.is_numeric_dtype(runs[c])]
         text = [c for c in present if c not in numeric]
@@ -462,8 +465,28 @@ def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         for c in text:
             table[c] = grouped[c].agg(lambda s: ",".join(sorted(set(map(str, s.dropna())))))
         table["seeds"] = grouped["seed"].nunique()
-        tables[name] = table[[*present, "seeds"]].rename(columns=columns)
+        order = [*present, "seeds"]
+        for c in [c for c in present if c in COMPARISON_COLUMNS]:
+            order[order.index(c) + 1 : order.index(c) + 1] = _add_bounds(table, runs, c, columns)
+        tables[name] = table[order].rename(columns=columns)
     return tables
+
+
+def _add_bounds(
+    table: pd.DataFrame, runs: pd.DataFrame, column: str, headers: dict[str, str]
+) -> list[str]:
+    """Columns ``<column>_lo``, ``_hi``, ``_prompts`` of ``table`` (one row per
+    :data:`TABLE_ROWS` group): :func:`comparison_interval` of the group's runs; their names."""
+    comparison = next(c for c in COMPARISONS if c.column == column)
+    names = [f"{column}_{part}" for part in ("lo", "hi", "prompts")]
+    bounds = {
+        key: comparison_interval(paired_runs(group, comparison, runs))
+        for key, group in runs.groupby(TABLE_ROWS, dropna=False)
+    }
+    for name, part in zip(names, ("lo", "hi", "n_prompts"), strict=True):
+        table[name] = [getattr(bounds.get(key), part, math.nan) for key in table.index]
+        headers[name] = f"{headers[column]} [95%: {part.removeprefix('n_')}]"
+    return names
 
 
 # The columns of the sweep summary, in order, with their headers.
