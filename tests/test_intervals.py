@@ -173,6 +173,9 @@ def test_claims_verdicts_from_the_renderer_are_counted(fake_study: pd.DataFrame)
     assert verdicts[by_metric["energy_ratio_vs_sps"]] == UNRESOLVED  # 0.9-1.1: spans 1
     ppl_row = claims[claims["claim"] == by_metric["ppl_change_vs_ar"]].iloc[0]
     assert ppl_row["where"] == "fake/prompts" and ppl_row["ours"].endswith(f"({PROMPTS} x {SEEDS})")
+    # the CSV's numbers; an exact +0.1 shift under every prompt: the interval is that point
+    assert ppl_row["lo"] == pytest.approx(math.exp(-0.1) - 1) == ppl_row["hi"]
+    assert (ppl_row["n_prompts"], ppl_row["n_seeds"]) == (PROMPTS, SEEDS)
     expected = {
         "claims_total": len(claims),
         "claims_holding": 1,

@@ -245,6 +245,8 @@ def recipe_table(
 
 
 CLAIM_COLUMNS = ("claim", "source", "paper", "where", "ours", "verdict")
+# The claims' numbers, in the CSV and the W&B table beside the display columns.
+CLAIM_NUMBERS = ("mean", "lo", "hi", "n_prompts", "n_seeds")
 
 
 def claims_table(
@@ -252,8 +254,9 @@ def claims_table(
 ) -> pd.DataFrame:
     """One row per claim of ``recipe`` and (pair, task) with comparable runs: the paper's
     figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
-    interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``). A
-    claim without comparable runs gets one ``unresolved`` row that says so."""
+    interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
+    then the same estimate as numbers (:data:`CLAIM_NUMBERS`). A claim without comparable runs
+    gets one ``unresolved`` row that says so."""
     baselines = runs if baselines is None else baselines
     out = []
     for claim in recipe.claims:
@@ -277,6 +280,7 @@ def claims_table(
                     "where": f"{pair}/{task}",
                     "ours": _interval_text(interval, metric, interval.mean),
                     "verdict": verdict(lo, hi, direction, float(threshold)),  # type: ignore[arg-type]
+                    **{k: getattr(interval, k) for k in CLAIM_NUMBERS},
                 }
             )
         if not rows:
@@ -289,7 +293,7 @@ def claims_table(
                 }
             )
         out += rows
-    return pd.DataFrame(out, columns=list(CLAIM_COLUMNS))
+    return pd.DataFrame(out, columns=[*CLAIM_COLUMNS, *CLAIM_NUMBERS])
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,11 +365,12 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
             sections += [f"Table: {caption}", ""] if caption else []
         if recipe.claims:
             claims = claims_table(recipe, runs, baselines)
+            shown = claims[list(CLAIM_COLUMNS)]
             caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
-            write_table(claims, claims, out_dir / "tables" / recipe.name, caption)
-            rendered.tables[recipe.name] = claims
+            write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
+            rendered.tables[recipe.name] = shown
             rendered.claims = claims
-            sections += [claims.to_markdown(index=False), "", f"Table: {caption}", ""]
+            sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
         for spec in recipe.figures:
             name = f"{recipe.name}_{spec['name']}"
             path = out_dir / "figures" / name
