@@ -34,12 +34,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from mtad.harness.energy import J_PER_KWH
 from mtad.harness.results import CONFIG_FILE, METRICS_FILE, SAMPLES_FILE, TIMINGS_FILE
 from mtad.harness.signature import relevant_config
+from mtad.intervals import (
+    BOOTSTRAP_METHOD,
+    Interval,
+    PairedValues,
+    identity,
+    paired_bootstrap,
+    perplexity,
+    seed_interval,
+)
 
 # --------------------------------------------------------------------------------------------
 # what is compared with what
@@ -316,6 +326,87 @@ def _per_prompt(result_dir: Path) -> dict[Any, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
+# intervals (the statistics: mtad.intervals)
+
+
+@dataclass(frozen=True)
+class PerPrompt:
+    """How a run's ``metric`` is made of its per-prompt records: ``scale * sum(numerator) /
+    sum(denominator)`` (denominator None: a mean over prompts), then ``transform``."""
+
+    numerator: str
+    denominator: str | None = None
+    scale: float = 1.0
+    transform: Any = identity
+
+
+PER_PROMPT: dict[str, PerPrompt] = {
+    "ms_per_token": PerPrompt("wall_time", "new_tokens", scale=1000.0),  # timings / samples
+    "ppl": PerPrompt("mean_logprob", transform=perplexity),  # exp(-mean log-prob)
+}
+# A task's score (metrics.json ``score_name``) -> the per-prompt record field it is the mean of.
+SCORE_RECORDS: dict[str, str] = {"pass@1": "passed", "execution_accuracy": "exec_match"}
+
+
+def _per_prompt_form(comparison: Comparison, pairs: list[PairedRuns]) -> PerPrompt | None:
+    if comparison.metric != "score":
+        return PER_PROMPT.get(comparison.metric)
+    names = {str(p.run.get("score_name")) for p in pairs} | {
+        str(p.baseline.get("score_name")) for p in pairs
+    }
+    field = SCORE_RECORDS.get(names.pop()) if len(names) == 1 else None
+    return PerPrompt(field) if field else None
+
+
+def paired_values(pairs: list[PairedRuns], form: PerPrompt) -> PairedValues | None:
+    """The per-prompt numerators and denominators of every pair (one row per pair, so per
+    seed), over the prompts that every pair decoded under both methods; None without any."""
+    rows = [{pid: (r, b) for pid, r, b in paired_samples(pair)} for pair in pairs]
+    if not rows:
+        return None
+    common = [pid for pid in rows[0] if all(pid in row for row in rows[1:])]
+    if not common:
+        return None
+
+    def grid(side: int, key: str | None, scale: float) -> np.ndarray:
+        def value(record: dict[str, Any]) -> float:
+            if key is None:
+                return 1.0
+            x = _number(record.get(key))
+            return math.nan if x is None else x
+
+        return scale * np.array([[value(row[pid][side]) for pid in common] for row in rows])
+
+    return PairedValues(
+        run_num=grid(0, form.numerator, form.scale),
+        run_den=grid(0, form.denominator, 1.0),
+        base_num=grid(1, form.numerator, form.scale),
+        base_den=grid(1, form.denominator, 1.0),
+    )
+
+
+def comparison_interval(pairs: Iterable[PairedRuns]) -> Interval:
+    """The comparison of paired runs (one :class:`Comparison`) with its 95% interval: the
+    paired, seed-stratified bootstrap over prompts of :mod:`mtad.intervals` where the metric
+    is made of per-prompt records (:data:`PER_PROMPT`, :data:`SCORE_RECORDS`), else (energy:
+    measured per run) a Student-t interval over the per-seed comparisons."""
+    pairs = list(pairs)
+    if not pairs:
+        return seed_interval([])
+    comparison = pairs[0].comparison
+    form = _per_prompt_form(comparison, pairs)
+    if form is not None:
+        values = paired_values(pairs, form)
+        if values is None:  # no prompt decoded by every pair: nothing to resample
+            return Interval(math.nan, math.nan, math.nan, 0, len(pairs), BOOTSTRAP_METHOD)
+        return paired_bootstrap(values, comparison.kind, form.transform)
+    metric = comparison.metric
+    per_seed = [comparison.of(p.run.get(metric), p.baseline.get(metric)) for p in pairs]
+    prompts = {int(n) for p in pairs if (n := _number(p.run.get("n_samples"))) is not None}
+    return seed_interval(per_seed, min(prompts) if prompts else 0)
+
+
+# --------------------------------------------------------------------------------------------
 # the quick tables of a study (analysis/make_tables.py) and the sweep summary
 
 TABLE_ROWS = ["pair", "task", "label"]
@@ -357,12 +448,15 @@ def _numeric_scores(runs: pd.DataFrame) -> pd.DataFrame:
 
 def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """``{name: table}`` of :data:`STUDY_TABLES`: one row per (pair, task, method label),
-    values averaged over seeds (``seeds`` counts them)."""
+    values averaged over seeds (``seeds`` counts them); each comparison column is followed by
+    its 95% interval (``... [95%: lo]``, ``[95%: hi]``, ``[95%: prompts]``:
+    :func:`comparison_interval`)."""
     if runs.empty:
         return {}
     runs = add_comparisons(_numeric_scores(runs))
     tables = {}
     for name, columns in STUDY_TABLES.items():
+        columns = dict(columns)  # gains the interval headers
         present = [c for c in columns if c in runs.columns and runs[c].notna().any()]
         numeric = [c for c in present if pd.api.types.is_numeric_dtype(runs[c])]
         text = [c for c in present if c not in numeric]
@@ -371,8 +465,28 @@ def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         for c in text:
             table[c] = grouped[c].agg(lambda s: ",".join(sorted(set(map(str, s.dropna())))))
         table["seeds"] = grouped["seed"].nunique()
-        tables[name] = table[[*present, "seeds"]].rename(columns=columns)
+        order = [*present, "seeds"]
+        for c in [c for c in present if c in COMPARISON_COLUMNS]:
+            order[order.index(c) + 1 : order.index(c) + 1] = _add_bounds(table, runs, c, columns)
+        tables[name] = table[order].rename(columns=columns)
     return tables
+
+
+def _add_bounds(
+    table: pd.DataFrame, runs: pd.DataFrame, column: str, headers: dict[str, str]
+) -> list[str]:
+    """Columns ``<column>_lo``, ``_hi``, ``_prompts`` of ``table`` (one row per
+    :data:`TABLE_ROWS` group): :func:`comparison_interval` of the group's runs; their names."""
+    comparison = next(c for c in COMPARISONS if c.column == column)
+    names = [f"{column}_{part}" for part in ("lo", "hi", "prompts")]
+    bounds = {
+        key: comparison_interval(paired_runs(group, comparison, runs))
+        for key, group in runs.groupby(TABLE_ROWS, dropna=False)
+    }
+    for name, part in zip(names, ("lo", "hi", "n_prompts"), strict=True):
+        table[name] = [getattr(bounds.get(key), part, math.nan) for key in table.index]
+        headers[name] = f"{headers[column]} [95%: {part.removeprefix('n_')}]"
+    return names
 
 
 # The columns of the sweep summary, in order, with their headers.
@@ -416,6 +530,7 @@ __all__ = [
     "Comparison",
     "PairedRuns",
     "add_comparisons",
+    "comparison_interval",
     "comparison_key",
     "load_runs",
     "load_study",

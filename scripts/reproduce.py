@@ -2,7 +2,7 @@
 """Regenerate the paper's tables and figures: run what is missing, then render.
 
     python scripts/reproduce.py all --profile smoke                 # tiny pair, seconds
-    python scripts/reproduce.py all --profile cpu                   # smollm2 on CPU, < 1 hour
+    python scripts/reproduce.py all --profile cpu                   # smollm2 on CPU, hours
     python scripts/reproduce.py main ablation_tau --profile paper --pairs llama2_13b \\
         hydra/launcher=slurm_1gpu                                    # GPUs via SLURM
     python scripts/reproduce.py all --profile paper --dry-run       # every run, its state, cost

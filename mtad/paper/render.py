@@ -2,9 +2,12 @@
 
 Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
 baseline run by the one comparison rule, :mod:`mtad.comparison`), shown as
-``mean ± std (n=seeds)``. A cell without runs says why: ``not run: ...`` with the override that
-enables it, ``failed: ...``, ``pending: ...`` (MT-Bench without a judge) or ``missing``; a
-metric that does not apply is ``—``.
+``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
+``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.intervals`, named in each table's caption), and
+each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
+A cell without runs says why: ``not run: ...`` with the override that enables it,
+``failed: ...``, ``pending: ...`` (MT-Bench without a judge) or ``missing``; a metric that does
+not apply is ``—``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,21 @@ from mtad.comparison import (
     COMPARISON_COLUMNS,
     COMPARISONS,
     FACTOR_COLUMNS,
+    Comparison,
     add_comparisons,
+    comparison_interval,
+    paired_runs,
     run_record,
 )
 from mtad.harness.wandb_logger import wandb_run_id
+from mtad.intervals import (
+    BOOTSTRAP_METHOD,
+    MIN_PROMPTS,
+    SEED_METHOD,
+    UNRESOLVED,
+    Interval,
+    verdict,
+)
 from mtad.paper.figures import ROW_KEYS, draw_figure
 from mtad.paper.plan import Plan
 from mtad.paper.recipes import Recipe
@@ -41,6 +55,18 @@ ENERGY_COLUMNS = (
     "energy.gpu_mode",
     "energy.ram_mode",
 )
+COMPARISON_BY_COLUMN: dict[str, Comparison] = {c.column: c for c in COMPARISONS}
+CLAIMS_CAPTION = (
+    "Verdict: holds (the interval lies entirely on the claimed side of no change), "
+    "does not hold (entirely on the other side) or unresolved (it contains no change, "
+    "or there is no interval)."
+)
+# What every table with ratio or change cells says about them.
+INTERVAL_CAPTION = (
+    f"Ratio and change cells: mean [95% interval] (prompts x seeds); the interval is a "
+    f"{BOOTSTRAP_METHOD.removeprefix('95% ')}; energy ratios (measured per run, not per prompt): "
+    f"{SEED_METHOD}. [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one seed)."
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -55,13 +81,20 @@ def recipe_runs(plan: Plan, recipe: str) -> pd.DataFrame:
     df = pd.DataFrame([_planned_row(status, cache) for status in plan.statuses(recipe)])
     if df.empty:
         return df
+    return add_comparisons(df, plan_baselines(plan, cache))
+
+
+def plan_baselines(plan: Plan, cache: dict[str, dict[str, Any]] | None = None) -> pd.DataFrame:
+    """Every done run of ``plan`` that is a comparison's baseline (``ar``, ``sps``)."""
+    cache = {} if cache is None else cache
     labels = {c.baseline for c in COMPARISONS}
-    baselines = [
-        _planned_row(status, cache)
-        for status in plan.status.values()
-        if status.state == "done" and status.planned.label in labels
-    ]
-    return add_comparisons(df, pd.DataFrame(baselines))
+    return pd.DataFrame(
+        [
+            _planned_row(status, cache)
+            for status in plan.status.values()
+            if status.state == "done" and status.planned.label in labels
+        ]
+    )
 
 
 def _planned_row(status: RunStatus, cache: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -119,9 +152,34 @@ def _fmt(x: float, column: str) -> str:
     return f"{x:.0f}"
 
 
-def aggregate(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def group_interval(
+    group: pd.DataFrame, column: str, baselines: pd.DataFrame | None = None
+) -> Interval:
+    """The interval of comparison ``column`` over the done runs of ``group`` (one method on one
+    pair and task), each paired with its baseline run in ``baselines`` (default ``group``)."""
+    done = group[group["state"] == "done"] if "state" in group else group
+    base = group if baselines is None or baselines.empty else baselines
+    return comparison_interval(paired_runs(done, COMPARISON_BY_COLUMN[column], base))
+
+
+def _interval_text(interval: Interval, column: str, mean: float) -> str:
+    """``mean [lo, hi] (prompts x seeds)``; ``[—]`` without an interval."""
+    bounds = (
+        f"[{_fmt(interval.lo, column)}, {_fmt(interval.hi, column)}]"
+        if interval.has_interval
+        else f"[{NOT_APPLICABLE}]"
+    )
+    return f"{_fmt(mean, column)} {bounds} ({interval.n_prompts} x {interval.n_seeds})"
+
+
+def aggregate(
+    runs: pd.DataFrame, columns: Sequence[str], baselines: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(display, numeric)``: one display row per (pair, task, method) in plan order, and the
-    long numeric frame (``pair, task, method, metric, mean, std, n``)."""
+    long numeric frame (``pair, task, method, metric, mean, std, n, lo, hi, n_prompts``: the
+    interval of a ratio or change column, :func:`group_interval`; NaN elsewhere). Baselines
+    for the intervals come from ``baselines`` (default ``runs``)."""
+    baselines = runs if baselines is None else baselines
     display_rows, numeric_rows = [], []
     for key, group in runs.groupby(ROW_KEYS, sort=False, dropna=False):
         row: dict[str, Any] = dict(zip(ROW_KEYS, key, strict=True))
@@ -133,10 +191,15 @@ def aggregate(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame,
             if vals:
                 mean = sum(vals) / len(vals)
                 std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
-                text = _fmt(mean, column)
-                if len(vals) > 1:
-                    text += f" ± {_fmt(std, column).lstrip('+')}"
-                row[column] = f"{text} (n={len(vals)})"
+                interval = None
+                if column in COMPARISON_BY_COLUMN:
+                    interval = group_interval(group, column, baselines)
+                    row[column] = _interval_text(interval, column, mean)
+                else:
+                    text = _fmt(mean, column)
+                    if len(vals) > 1:
+                        text += f" ± {_fmt(std, column).lstrip('+')}"
+                    row[column] = f"{text} (n={len(vals)})"
                 numeric_rows.append(
                     {
                         **dict(zip(ROW_KEYS, key, strict=True)),
@@ -144,6 +207,9 @@ def aggregate(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame,
                         "mean": mean,
                         "std": std,
                         "n": len(vals),
+                        "lo": interval.lo if interval else math.nan,
+                        "hi": interval.hi if interval else math.nan,
+                        "n_prompts": interval.n_prompts if interval else math.nan,
                     }
                 )
             elif not seeds:  # the reason once, in the first column; a short label after it
@@ -158,13 +224,18 @@ def aggregate(runs: pd.DataFrame, columns: Sequence[str]) -> tuple[pd.DataFrame,
         row["seeds"] = seeds
         display_rows.append(row)
     display = pd.DataFrame(display_rows)
-    numeric = pd.DataFrame(numeric_rows, columns=[*ROW_KEYS, "metric", "mean", "std", "n"])
+    numeric = pd.DataFrame(numeric_rows, columns=[*ROW_KEYS, *NUMERIC_COLUMNS])
     return display, numeric
 
 
-def recipe_table(recipe: Recipe, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+NUMERIC_COLUMNS = ("metric", "mean", "std", "n", "lo", "hi", "n_prompts")
+
+
+def recipe_table(
+    recipe: Recipe, runs: pd.DataFrame, baselines: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     columns = dict(recipe.table.get("columns") or {})
-    display, numeric = aggregate(runs, list(columns))
+    display, numeric = aggregate(runs, list(columns), baselines)
     display = display.rename(columns=columns)
     return display, numeric
 
@@ -173,54 +244,88 @@ def recipe_table(recipe: Recipe, runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.D
 # claims
 
 
-def claims_table(recipe: Recipe, runs: pd.DataFrame) -> pd.DataFrame:
-    """Each claim of ``recipe`` beside our figure: per (pair, task) means over seeds."""
+CLAIM_COLUMNS = ("claim", "source", "paper", "where", "ours", "verdict")
+# The claims' numbers, in the CSV and the W&B table beside the display columns.
+CLAIM_NUMBERS = ("mean", "lo", "hi", "n_prompts", "n_seeds")
+
+
+def claims_table(
+    recipe: Recipe, runs: pd.DataFrame, baselines: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per claim of ``recipe`` and (pair, task) with comparable runs: the paper's
+    figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
+    interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
+    then the same estimate as numbers (:data:`CLAIM_NUMBERS`). A claim without comparable runs
+    gets one ``unresolved`` row that says so."""
+    baselines = runs if baselines is None else baselines
     out = []
     for claim in recipe.claims:
         metric, method = str(claim["metric"]), str(claim["method"])
         direction, threshold = str(claim["holds_if"]).split()
-        ours, verdicts = [], []
+        head = {
+            "claim": claim["claim"],
+            "source": claim.get("source", ""),
+            "paper": str(claim.get("paper", "")),
+        }
+        rows = []
         sub = runs[runs["method"] == method] if not runs.empty else runs
         for (pair, task), group in sub.groupby(["pair", "task"], sort=False):
-            vals = _values(group, metric)
-            if not vals:
+            if not _values(group, metric):
                 continue
-            mean = sum(vals) / len(vals)
-            ours.append(f"{_fmt(mean, metric)} ({pair}/{task}, n={len(vals)})")
-            verdicts.append(
-                mean < float(threshold) if direction == "below" else mean > float(threshold)
+            interval = group_interval(group, metric, baselines)
+            lo, hi = interval.lo, interval.hi
+            rows.append(
+                {
+                    **head,
+                    "where": f"{pair}/{task}",
+                    "ours": _interval_text(interval, metric, interval.mean),
+                    "verdict": verdict(lo, hi, direction, float(threshold)),  # type: ignore[arg-type]
+                    **{k: getattr(interval, k) for k in CLAIM_NUMBERS},
+                }
             )
-        if verdicts:
-            held = sum(verdicts)
-            holds = "yes" if held == len(verdicts) else ("no" if held == 0 else "mixed")
-            holds += f" ({held}/{len(verdicts)})"
-        else:
-            holds = "n/a: no comparable runs (baseline missing or metric undefined)"
-        out.append(
-            {
-                "claim": claim["claim"],
-                "source": claim.get("source", ""),
-                "paper": str(claim.get("paper", "")),
-                "ours": "; ".join(ours) if ours else NOT_APPLICABLE,
-                "holds": holds,
-            }
-        )
-    return pd.DataFrame(out, columns=["claim", "source", "paper", "ours", "holds"])
+        if not rows:
+            rows.append(
+                {
+                    **head,
+                    "where": NOT_APPLICABLE,
+                    "ours": "no comparable runs (baseline missing or metric undefined)",
+                    "verdict": UNRESOLVED,
+                }
+            )
+        out += rows
+    return pd.DataFrame(out, columns=[*CLAIM_COLUMNS, *CLAIM_NUMBERS])
 
 
 # --------------------------------------------------------------------------------------------
 # files
 
 
-def _latex(table: pd.DataFrame) -> str:
+def _latex(table: pd.DataFrame, caption: str | None = None) -> str:
     styler = table.style.hide(axis="index").format(escape="latex")
+    if caption:
+        styler = styler.set_caption(_escape_latex(caption))
     return styler.to_latex(hrules=True, column_format="l" * len(table.columns))
 
 
-def write_table(table: pd.DataFrame, numeric: pd.DataFrame, stem: Path) -> None:
+def _escape_latex(text: str) -> str:
+    for char, escaped in (("\\", r"\textbackslash{}"), ("%", r"\%"), ("&", r"\&"), ("_", r"\_")):
+        text = text.replace(char, escaped)
+    return text
+
+
+def table_caption(columns: Sequence[str]) -> str | None:
+    """:data:`INTERVAL_CAPTION` for a table with a ratio or change column, else None."""
+    return INTERVAL_CAPTION if set(columns) & set(COMPARISON_BY_COLUMN) else None
+
+
+def write_table(
+    table: pd.DataFrame, numeric: pd.DataFrame, stem: Path, caption: str | None = None
+) -> None:
+    """``stem``.md (the caption below the table), .tex (booktabs, ``\\caption``) and .csv."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".md").write_text(table.to_markdown(index=False) + "\n")
-    stem.with_suffix(".tex").write_text(_latex(table))
+    below = f"\nTable: {caption}\n" if caption else ""
+    stem.with_suffix(".md").write_text(table.to_markdown(index=False) + "\n" + below)
+    stem.with_suffix(".tex").write_text(_latex(table, caption))
     numeric.to_csv(stem.with_suffix(".csv"), index=False)
 
 
@@ -241,6 +346,7 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
     if commands:
         sections += ["Generated by:", "", "```bash", *commands, "```", ""]
     ratio_frames = []
+    baselines = plan_baselines(plan)
     for recipe in plan.recipes:
         runs = recipe_runs(plan, recipe.name)
         sections += [
@@ -250,17 +356,21 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
             "",
         ]
         if recipe.table.get("columns"):
-            table, numeric = recipe_table(recipe, runs)
-            write_table(table, numeric, out_dir / "tables" / recipe.name)
+            table, numeric = recipe_table(recipe, runs, baselines)
+            caption = table_caption(list(recipe.table["columns"]))
+            write_table(table, numeric, out_dir / "tables" / recipe.name, caption)
             rendered.tables[recipe.name] = table
             rendered.numeric[recipe.name] = numeric
             sections += [table.to_markdown(index=False), ""]
+            sections += [f"Table: {caption}", ""] if caption else []
         if recipe.claims:
-            claims = claims_table(recipe, runs)
-            write_table(claims, claims, out_dir / "tables" / recipe.name)
-            rendered.tables[recipe.name] = claims
+            claims = claims_table(recipe, runs, baselines)
+            shown = claims[list(CLAIM_COLUMNS)]
+            caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
+            write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
+            rendered.tables[recipe.name] = shown
             rendered.claims = claims
-            sections += [claims.to_markdown(index=False), ""]
+            sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
         for spec in recipe.figures:
             name = f"{recipe.name}_{spec['name']}"
             path = out_dir / "figures" / name
@@ -299,4 +409,12 @@ def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return numeric.groupby(ROW_KEYS, sort=False).mean().reset_index()
 
 
-__all__ = ["aggregate", "claims_table", "recipe_runs", "recipe_table", "render"]
+__all__ = [
+    "aggregate",
+    "claims_table",
+    "group_interval",
+    "plan_baselines",
+    "recipe_runs",
+    "recipe_table",
+    "render",
+]

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from mtad.comparison import COMPARISON_COLUMNS
+from mtad.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, VERDICTS
 from mtad.paper.rendered import Rendered
 
 ANALYSIS_JOB_TYPE = "analysis"
@@ -83,8 +84,9 @@ def log_analysis_run(
     Logged: every display and numeric table as a ``wandb.Table`` (``table/<name>``,
     ``numeric/<name>``), every figure as a ``wandb.Image`` (``figure/<name>``), the ratios as a
     table (``ratios``) and one summary key per value (``ratio/<pair>/<task>/<method>/<ratio>``,
-    so a Report can chart them), the claims as a table (``claims``). The config records the
-    study, profile, the W&B ids of the runs behind it and the commands.
+    so a Report can chart them), the claims as a table (``claims``) and their verdicts counted
+    (:func:`claims_summary`). The config records the study, profile, the W&B ids of the runs
+    behind it and the commands.
 
     Re-rendering updates the same run, never a second one: the id is derived from study and
     profile (:func:`analysis_run_id`) and ``resume="allow"`` resumes it online. Offline, W&B
@@ -111,7 +113,7 @@ def log_analysis_run(
     try:
         run.log(_payload(rendered))
         run.summary.update(ratio_summary(rendered.ratios))
-        run.summary.update(_claims_summary(rendered.claims))
+        run.summary.update(claims_summary(rendered.claims))
         run_dir = Path(run.dir).parent  # run.dir is <run folder>/files
     except BaseException:
         run.finish(exit_code=1)
@@ -250,11 +252,18 @@ def ratio_summary(ratios: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-def _claims_summary(claims: pd.DataFrame) -> dict[str, int]:
-    if claims.empty or "holds" not in claims:
+def claims_summary(claims: pd.DataFrame) -> dict[str, int]:
+    """How many claim rows hold, do not hold and are unresolved (the renderer's ``verdict``
+    column, :func:`mtad.paper.render.claims_table`), and their total."""
+    if claims.empty or "verdict" not in claims:
         return {}
-    holds = claims["holds"]
+    verdicts = claims["verdict"].astype(str)
+    unknown = sorted(set(verdicts) - set(VERDICTS))
+    if unknown:
+        raise ValueError(f"claims: verdict must be one of {VERDICTS}, not {unknown}")
     return {
         "claims_total": int(len(claims)),
-        "claims_holding": int((holds == True).sum()),  # noqa: E712 (holds may be None)
+        "claims_holding": int((verdicts == HOLDS).sum()),
+        "claims_not_holding": int((verdicts == DOES_NOT_HOLD).sum()),
+        "claims_unresolved": int((verdicts == UNRESOLVED).sum()),
     }

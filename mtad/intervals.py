@@ -1,0 +1,224 @@
+"""Confidence intervals for the cross-run comparisons, and the verdict a claim gets from one.
+
+**The method.** A comparison (speed-up, PPL change, ...) of a run with its baseline is a
+statistic of both runs' per-prompt values: each run's metric is ``g(sum(num) / sum(den))``
+over its prompts (ms/token: wall time over new tokens; PPL: ``exp(-mean log-prob)``; score: the
+mean per-prompt score), the comparison is ``baseline / run`` (a factor) or ``run / baseline - 1``
+(a change), taken per seed (each seed's run against that seed's baseline) and averaged over
+seeds, which is the figure the tables show.
+
+The 95% interval is a **paired bootstrap over prompts, stratified by seed**: a resample draws
+prompts with replacement and uses the same draw for the run and the baseline (paired: the same
+prompts under both methods) and in every seed (each seed stays a stratum of its own, and a
+prompt's outcomes under all seeds travel together, so that a prompt that is hard under every
+seed counts as one prompt, not as several independent ones). The interval is the bias-corrected
+and accelerated (BCa) one of ``scipy.stats.bootstrap`` (Efron 1987, "Better bootstrap
+confidence intervals", JASA 82; the percentile interval where BCa is degenerate), with a fixed
+RNG seed, so a re-render gives the same interval.
+
+Figures measured per run only (energy: codecarbon measures a whole run) get a Student-t
+interval over the per-seed ratios instead (:func:`seed_interval`).
+
+A claim's verdict (:func:`verdict`): ``holds`` when the interval lies entirely on the claimed
+side of "no change", ``does not hold`` when it lies entirely on the other side, ``unresolved``
+otherwise (it contains no change, or there is no interval).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 9999
+RNG_SEED = 0
+# Below this many prompts a bootstrap interval is not worth its name (a resample of 2 prompts
+# has 3 distinct values): no interval, so no claim is decided on it.
+MIN_PROMPTS = 5
+
+HOLDS = "holds"
+DOES_NOT_HOLD = "does not hold"
+UNRESOLVED = "unresolved"
+VERDICTS: tuple[str, ...] = (HOLDS, DOES_NOT_HOLD, UNRESOLVED)
+
+BOOTSTRAP_METHOD = (
+    f"{100 * CONFIDENCE:.0f}% paired bootstrap over prompts, stratified by seed "
+    f"(scipy.stats.bootstrap BCa, {N_RESAMPLES} resamples, RNG seed {RNG_SEED})"
+)
+SEED_METHOD = f"{100 * CONFIDENCE:.0f}% Student-t over seeds"
+
+Kind = Literal["factor", "change"]
+Direction = Literal["above", "below"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A comparison's estimate (``mean``: the mean over seeds of the per-seed figure), its
+    interval ``[lo, hi]`` (NaN where there is none), and what it rests on."""
+
+    mean: float
+    lo: float
+    hi: float
+    n_prompts: int
+    n_seeds: int
+    method: str
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.lo) and math.isfinite(self.hi)
+
+
+@dataclass(frozen=True)
+class PairedValues:
+    """Per-prompt values of a run and of its baseline, one row per seed and one column per
+    prompt (the same prompt in the same column of all four arrays). A run's metric over its
+    prompts is ``transform(sum(num) / sum(den))``; NaN cells (a prompt without a log-prob) are
+    left out of both sums."""
+
+    run_num: np.ndarray
+    run_den: np.ndarray
+    base_num: np.ndarray
+    base_den: np.ndarray
+
+    def __post_init__(self) -> None:
+        shapes = {a.shape for a in (self.run_num, self.run_den, self.base_num, self.base_den)}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+            raise ValueError(
+                f"paired values: four arrays of one (seeds, prompts) shape, not {shapes}"
+            )
+
+    @property
+    def n_seeds(self) -> int:
+        return int(self.run_num.shape[0])
+
+    @property
+    def n_prompts(self) -> int:
+        return int(self.run_num.shape[1])
+
+
+def _metric(num: np.ndarray, den: np.ndarray, transform: Callable[[np.ndarray], np.ndarray]):
+    """``transform(sum(num) / sum(den))`` along the last axis, NaN cells left out."""
+    ok = np.isfinite(num) & np.isfinite(den)
+    total_num = np.where(ok, num, 0.0).sum(axis=-1)
+    total_den = np.where(ok, den, 0.0).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return transform(total_num / total_den)
+
+
+def _compare(run: np.ndarray, base: np.ndarray, kind: Kind) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if kind == "factor":
+            return np.where(run != 0, base / run, np.nan)
+        return np.where(base != 0, run / base - 1.0, np.nan)
+
+
+def identity(x: np.ndarray) -> np.ndarray:
+    return x
+
+
+def perplexity(mean_logprob: np.ndarray) -> np.ndarray:
+    """``exp(-mean log-prob)``: the authors' perplexity (mtad.tasks.quality)."""
+    return np.exp(-mean_logprob)
+
+
+def paired_bootstrap(
+    values: PairedValues,
+    kind: Kind,
+    transform: Callable[[np.ndarray], np.ndarray] = identity,
+    *,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = RNG_SEED,
+) -> Interval:
+    """The comparison of :class:`PairedValues` with its bootstrap interval (module docstring).
+
+    The estimate is the mean over seeds of the per-seed comparison; with fewer than
+    :data:`MIN_PROMPTS` prompts, or a comparison undefined for some resample (a zero
+    baseline), the interval is NaN.
+    """
+    seeds, prompts = values.n_seeds, values.n_prompts
+    arrays = (values.run_num, values.run_den, values.base_num, values.base_den)
+
+    def statistic(*samples: np.ndarray, axis: int = -1) -> np.ndarray:
+        # samples: 4 x seeds arrays of (..., prompts), the same prompt draw in each
+        per = [np.stack(samples[i * seeds : (i + 1) * seeds], axis=-2) for i in range(4)]
+        run = _metric(per[0], per[1], transform)
+        base = _metric(per[2], per[3], transform)
+        return _compare(run, base, kind).mean(axis=-1)
+
+    mean = float(statistic(*(row for a in arrays for row in a)))
+    nan = Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
+    if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
+        return nan
+    samples = [row for a in arrays for row in a]
+    lo, hi = math.nan, math.nan
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
+            result = stats.bootstrap(
+                samples,
+                statistic,
+                n_resamples=n_resamples,
+                paired=True,
+                vectorized=True,
+                confidence_level=CONFIDENCE,
+                method=method,
+                rng=np.random.default_rng(seed),
+            )
+        lo, hi = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            break
+    if not np.all(np.isfinite(result.bootstrap_distribution)):
+        return nan  # some resample has no comparison (a zero baseline): no honest interval
+    return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
+
+
+def seed_interval(per_seed: list[float], n_prompts: int = 0) -> Interval:
+    """Mean of per-seed figures with a Student-t interval (NaN below two seeds)."""
+    xs = np.asarray([x for x in per_seed if math.isfinite(x)], dtype=float)
+    if xs.size == 0:
+        return Interval(math.nan, math.nan, math.nan, n_prompts, 0, SEED_METHOD)
+    mean = float(xs.mean())
+    if xs.size < 2:
+        return Interval(mean, math.nan, math.nan, n_prompts, 1, SEED_METHOD)
+    sem = float(xs.std(ddof=1)) / math.sqrt(xs.size)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df=xs.size - 1)) * sem
+    return Interval(mean, mean - half, mean + half, n_prompts, int(xs.size), SEED_METHOD)
+
+
+def verdict(lo: float, hi: float, direction: Direction, threshold: float) -> str:
+    """``holds`` when ``[lo, hi]`` lies entirely on the claimed side of ``threshold`` (above or
+    below it), ``does not hold`` when entirely on the other side, else ``unresolved``."""
+    if direction not in ("above", "below"):
+        raise ValueError(f"claim direction must be 'above' or 'below', not {direction!r}")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return UNRESOLVED
+    above, below = lo > threshold, hi < threshold
+    if above:
+        return HOLDS if direction == "above" else DOES_NOT_HOLD
+    if below:
+        return HOLDS if direction == "below" else DOES_NOT_HOLD
+    return UNRESOLVED
+
+
+__all__ = [
+    "BOOTSTRAP_METHOD",
+    "CONFIDENCE",
+    "DOES_NOT_HOLD",
+    "HOLDS",
+    "MIN_PROMPTS",
+    "SEED_METHOD",
+    "UNRESOLVED",
+    "VERDICTS",
+    "Interval",
+    "PairedValues",
+    "paired_bootstrap",
+    "perplexity",
+    "seed_interval",
+    "verdict",
+]

@@ -1,0 +1,185 @@
+"""The comparison intervals (mtad.intervals) on data with a known answer, and the claims'
+verdicts as the renderer writes them (mtad.paper.render.claims_table) counted for W&B."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mtad.comparison import (
+    COMPARISONS,
+    add_comparisons,
+    comparison_interval,
+    load_runs,
+    paired_runs,
+)
+from mtad.intervals import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    MIN_PROMPTS,
+    UNRESOLVED,
+    PairedValues,
+    paired_bootstrap,
+    perplexity,
+    seed_interval,
+    verdict,
+)
+from mtad.paper.recipes import load_recipe
+from mtad.paper.render import claims_table
+from mtad.paper.wandb_run import claims_summary
+
+SEEDS, PROMPTS = 3, 24
+BY_COLUMN = {c.column: c for c in COMPARISONS}
+
+
+def _times(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-prompt tokens, seconds per token of each prompt (prompts differ ten-fold, the same
+    under every seed and method) and a baseline's seconds (10% noise per run)."""
+    tokens = rng.integers(20, 60, (SEEDS, PROMPTS)).astype(float)
+    prompt_speed = rng.lognormal(np.log(0.05), 1.0, PROMPTS)
+    return tokens, prompt_speed, tokens * prompt_speed * rng.lognormal(0.0, 0.1, (SEEDS, PROMPTS))
+
+
+def test_a_fixed_speed_ratio_is_inside_a_narrow_interval() -> None:
+    rng = np.random.default_rng(0)
+    tokens, _, base = _times(rng)
+    run = base / 1.5 * rng.lognormal(0.0, 0.05, (SEEDS, PROMPTS))  # 1.5x faster, 5% noise
+    iv = paired_bootstrap(PairedValues(run, tokens, base, tokens), "factor")
+    assert iv.lo < 1.5 < iv.hi
+    assert iv.hi - iv.lo < 0.05 * 1.5, iv  # pairing removes the ten-fold prompt spread
+    assert (iv.n_prompts, iv.n_seeds) == (PROMPTS, SEEDS)
+    assert verdict(iv.lo, iv.hi, "above", 1.0) == HOLDS
+    assert verdict(iv.lo, iv.hi, "below", 1.0) == DOES_NOT_HOLD
+
+
+def test_a_fixed_logprob_shift_gives_the_known_ppl_change() -> None:
+    rng = np.random.default_rng(1)
+    ones = np.ones((SEEDS, PROMPTS))
+    base = rng.normal(-2.0, 0.5, (SEEDS, PROMPTS))
+    run = base + 0.1 + rng.normal(0.0, 0.01, (SEEDS, PROMPTS))
+    iv = paired_bootstrap(PairedValues(run, ones, base, ones), "change", perplexity)
+    expected = math.exp(-0.1) - 1.0  # -9.5%
+    assert iv.lo < expected < iv.hi and iv.hi - iv.lo < 0.01, iv
+    assert verdict(iv.lo, iv.hi, "below", 0.0) == HOLDS
+
+
+def test_two_draws_of_one_distribution_are_unresolved() -> None:
+    """Coverage, not one lucky draw: over 40 data sets of two methods with the same speed, the
+    interval contains 1 (the verdict is unresolved) in about 95% of them."""
+    unresolved = 0
+    for replicate in range(40):
+        rng = np.random.default_rng(100 + replicate)
+        tokens, prompt_speed, base = _times(rng)
+        run = tokens * prompt_speed * rng.lognormal(0.0, 0.1, (SEEDS, PROMPTS))  # as base
+        iv = paired_bootstrap(PairedValues(run, tokens, base, tokens), "factor", n_resamples=999)
+        unresolved += verdict(iv.lo, iv.hi, "above", 1.0) == UNRESOLVED
+    assert unresolved >= 34, unresolved  # P(<= 33 of 40 | p = 0.95) < 0.01
+
+
+def test_too_few_prompts_or_seeds_give_no_interval() -> None:
+    few = np.ones((2, MIN_PROMPTS - 1))
+    iv = paired_bootstrap(PairedValues(few, few, 2 * few, few), "factor")
+    assert iv.mean == pytest.approx(2.0) and not iv.has_interval
+    assert verdict(iv.lo, iv.hi, "above", 1.0) == UNRESOLVED
+    assert not seed_interval([1.2]).has_interval
+    two = seed_interval([1.0, 3.0])
+    assert two.mean == 2.0 and two.lo < 1.0 and two.hi > 3.0  # t(1 df): wide
+    with pytest.raises(ValueError, match="direction"):
+        verdict(0.0, 1.0, "sideways", 0.0)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# result folders with a known answer, through the comparison module and the renderer
+
+
+def _write_run(
+    root: Path,
+    method: str,
+    seed: int,
+    lp: np.ndarray,
+    tok: np.ndarray,
+    sec: np.ndarray,
+    j_per_token: float,
+) -> None:
+    folder = root / f"{method}-fake-prompts-{seed}"
+    folder.mkdir(parents=True)
+    ids = [f"p{i}" for i in range(len(lp))]
+    samples = [
+        {"id": i, "mean_logprob": float(x), "new_tokens": int(n)}
+        for i, x, n in zip(ids, lp, tok, strict=True)
+    ]
+    timings = [{"id": i, "wall_time": float(s)} for i, s in zip(ids, sec, strict=True)]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+    (folder / "timings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in timings))
+    metrics = {
+        "study": "fake",
+        "pair": "fake",
+        "task": "prompts",
+        "method": method,
+        "seed": seed,
+        "params": {},
+        "device": "cpu",
+        "cpu_model": "test CPU",
+        "n_samples": len(lp),
+        "new_tokens": int(tok.sum()),
+        "ms_per_token": 1000.0 * float(sec.sum()) / float(tok.sum()),
+        "ppl": float(np.exp(-lp.mean())),
+        "energy": {"tracker": "test", "j_per_token": j_per_token},
+    }
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+
+
+@pytest.fixture(scope="module")
+def fake_study(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """ar, sps, mtad at 3 seeds x 24 prompts. mtad: log-probs +0.1 over ar (PPL -9.5%), 1.3x
+    slower than sps; energy per run: sps x (0.9, 1.1, 1.0) (no clear difference)."""
+    root = tmp_path_factory.mktemp("fake")
+    rng = np.random.default_rng(7)
+    tokens, _, sps_time = _times(rng)
+    for seed in range(SEEDS):
+        lp = rng.normal(-2.0, 0.5, PROMPTS)
+        tok, sec = tokens[seed], sps_time[seed]
+        noise = rng.lognormal(0.0, 0.03, PROMPTS)
+        _write_run(root, "ar", seed, lp, tok, 2.0 * sec, 2.0)
+        _write_run(root, "sps", seed, lp + rng.normal(0, 0.05, PROMPTS), tok, sec, 1.0)
+        _write_run(root, "mtad", seed, lp + 0.1, tok, 1.3 * sec * noise, (0.9, 1.1, 1.0)[seed])
+    runs = load_runs(root.glob("*/metrics.json"))
+    runs["state"] = "done"
+    return add_comparisons(runs)
+
+
+def test_result_folders_pair_by_prompt_and_seed(fake_study: pd.DataFrame) -> None:
+    mtad = fake_study[fake_study["method"] == "mtad"]
+    speed = comparison_interval(paired_runs(mtad, BY_COLUMN["speedup_vs_sps"], fake_study))
+    assert speed.lo < 1 / 1.3 < speed.hi and speed.hi - speed.lo < 0.03, speed
+    assert (speed.n_prompts, speed.n_seeds) == (PROMPTS, SEEDS)
+    # the estimate is the tables' figure: the per-seed ratio of the runs' ms/token, averaged
+    assert speed.mean == pytest.approx(mtad["speedup_vs_sps"].mean(), rel=1e-9)
+    energy = comparison_interval(paired_runs(mtad, BY_COLUMN["energy_ratio_vs_sps"], fake_study))
+    assert energy.method.endswith("over seeds") and energy.lo < 1.0 < energy.hi
+
+
+def test_claims_verdicts_from_the_renderer_are_counted(fake_study: pd.DataFrame) -> None:
+    claims = claims_table(load_recipe("claims"), fake_study)
+    by_metric = {c["metric"]: c["claim"] for c in load_recipe("claims").claims}
+    verdicts = dict(zip(claims["claim"], claims["verdict"], strict=True))
+    assert verdicts[by_metric["ppl_change_vs_ar"]] == HOLDS  # -9.5%, claimed below 0
+    assert verdicts[by_metric["speedup_vs_sps"]] == DOES_NOT_HOLD  # 0.77x, claimed above 1
+    assert verdicts[by_metric["energy_ratio_vs_sps"]] == UNRESOLVED  # 0.9-1.1: spans 1
+    ppl_row = claims[claims["claim"] == by_metric["ppl_change_vs_ar"]].iloc[0]
+    assert ppl_row["where"] == "fake/prompts" and ppl_row["ours"].endswith(f"({PROMPTS} x {SEEDS})")
+    # the CSV's numbers; an exact +0.1 shift under every prompt: the interval is that point
+    assert ppl_row["lo"] == pytest.approx(math.exp(-0.1) - 1) == ppl_row["hi"]
+    assert (ppl_row["n_prompts"], ppl_row["n_seeds"]) == (PROMPTS, SEEDS)
+    expected = {
+        "claims_total": len(claims),
+        "claims_holding": 1,
+        "claims_not_holding": 1,
+        "claims_unresolved": len(claims) - 2,  # energy, and the score claims (no score here)
+    }
+    assert claims_summary(claims) == expected
