@@ -334,6 +334,7 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
 
 
 def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
+    from mtad.cpu import bf16_identity
     from mtad.harness.job import prepare
     from mtad.harness.signature import run_signature
 
@@ -341,7 +342,9 @@ def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
         cfg = compose("config", overrides=["+experiment=smoke"])
         bf16 = compose("config", overrides=["+experiment=smoke", "pair.target.dtype=bfloat16"])
     prep = prepare(cfg)
-    assert prep.config["hardware"] == {"device_kind": "cpu", "gpu_model": None}
+    # on the CPU also whether it has native bfloat16 (#17: the same dtype runs at other speeds)
+    assert prep.config["hardware"] == {"device_kind": "cpu", "gpu_model": None,
+                                       "cpu_bf16": bf16_identity("cpu")}
     assert run_signature(prep.config) == prep.signature
 
     def with_hardware(**hardware: object) -> str:
@@ -351,8 +354,9 @@ def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
         prep.signature,
         with_hardware(device_kind="cuda", gpu_model="NVIDIA H100 80GB HBM3"),
         with_hardware(device_kind="cuda", gpu_model="NVIDIA A100-SXM4-80GB"),
+        with_hardware(cpu_bf16="none" if bf16_identity("cpu") != "none" else "amx_bf16"),
         prepare(bf16).signature,
     }
-    assert len(signatures) == 4
+    assert len(signatures) == 5
     threads = {**prep.config, "runtime": {**prep.config["runtime"], "threads": 7}}
     assert run_signature(threads) == prep.signature  # recorded in metrics.json, not hashed
