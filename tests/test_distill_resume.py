@@ -82,7 +82,6 @@ def test_killed_distillation_resumes_to_the_same_end(tmp_path):
     proc.wait()
     killed_at = _ckpt_step(tmp_path / "b" / "ckpt")
     assert 0 < killed_at < STEPS, killed_at
-    assert not (tmp_path / "b" / "out" / "data.npz").exists() or killed_at < STEPS
 
     resumed = subprocess.run(_cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True,
                              timeout=600)
