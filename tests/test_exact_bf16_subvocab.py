@@ -119,3 +119,46 @@ def test_draft_vocab_script_ranks_response_tokens_only(tmp_path):
     info = mod.main([str(tmp_path / "data.npz"), str(folder), "--k", "1"])
     assert info["ids"] == [4, 2] and info["coverage"] == 0.75
     assert read_vocab(folder) == [4, 2]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compact_rows_give_the_full_width_rows_candidates(dtype):
+    """Warping an FR-Spec head's compact rows (ModelRunner.candidates) keeps the candidates of
+    the full-width row, ids and values, also with equal values at the top-k / top-p cuts."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randperm(320, generator=gen)[:120].sort().values
+    warp = WarpConfig(1.0, 10, 0.9)
+    draft = build_tiny_model("llama", "draft", vocab_size=320, seed=0).to(dtype)
+    restrict_vocab(draft, ids.tolist())
+    runner = ModelRunner(draft)
+    assert runner.head == "subvocab"
+    head = draft.get_output_embeddings()
+    for trial in range(40):
+        sub = torch.randn(4, ids.numel(), generator=gen).to(dtype)
+        if trial % 2:  # coarse values: many ties, some across the cuts
+            sub = (sub * 2).round() / 2
+        compact = runner.candidates(sub, warp)
+        full = runner.candidates(head.widen(sub), warp)
+        assert not compact.dense
+        torch.testing.assert_close(compact.logp, full.logp, rtol=0, atol=0)
+        # the kept candidates (the distribution); slack candidates past the cuts (logp -inf)
+        # may be other tokens of equal value at the window's edge
+        kept = torch.isfinite(full.logp)
+        assert torch.equal(compact.tokens[kept], full.tokens[kept])
+
+
+@pytest.mark.parametrize("name", ["sps", "specinfer", "bild", "mtad", "mmtad"])
+def test_compact_draft_rows_decode_the_same_tokens_as_full_width_rows(name):
+    """Every drafting method samples the same tokens whether the draft's FR-Spec head hands
+    it compact rows or full-width ones (same seed): the fast path changes no draw."""
+    target = build_tiny_model("llama", "target", vocab_size=320, seed=1)
+    draft = build_tiny_model("llama", "draft", vocab_size=320, seed=2)
+    restrict_vocab(draft, list(range(0, 320, 2)))
+    outs = []
+    for compact in (True, False):
+        runner = ModelRunner(draft)
+        if not compact:
+            runner.vocab_ids = None  # the full-width rows of the same head
+        decoder = Decoder(build_method(name), ModelRunner(target), runner, seed=0)
+        outs.append(decoder.generate(torch.tensor(PROMPT), 24, seed=3).token_ids)
+    assert outs[0] == outs[1]

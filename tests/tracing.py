@@ -30,8 +30,10 @@ def traced(runner: ModelRunner) -> list[ForwardRecord]:
     records: list[ForwardRecord] = []
     forward, feed_tree = runner.forward, runner.feed_tree
 
-    def traced_forward(input_ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
-        logits = forward(input_ids, keep)
+    def traced_forward(
+        input_ids: torch.Tensor, keep: int = 0, compact: bool = False
+    ) -> torch.Tensor:
+        logits = forward(input_ids, keep, compact)
         records.append(ForwardRecord(runner.cached_ids.clone(), logits.detach().clone()))
         return logits
 

@@ -90,6 +90,11 @@ class Distillation:
         self.eval_sets = build_eval_sets(args, self.target, self.tok, self.pool["heldout"])
         log(f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
             f"({time.perf_counter() - t0:.1f} s)")
+        # prompts whose responses are already in the buffer (loaded with --data-in, or
+        # generated before a resume) are not generated again: a continued run draws new ones
+        self.seen_prompts = {tuple(q[:n]) for q, n, k in
+                             zip(self.buf.seqs, self.buf.plens, self.buf.kinds, strict=True)
+                             if k != "followup"}
         self.recipe = self.make_recipe()
         # the schedule (gen phase, lr decay) spans the loop, not the set-up
         self.loop_start = (resumed_loop_start if resumed_loop_start is not None
@@ -174,12 +179,14 @@ class Distillation:
         args, tok, rng = self.args, self.tok, self.rng
         greedy = rng.random() < args.gen_greedy_frac
         batch_items, prompts = [], []
+        cursor_at_start = self.cursor
         n_follow = int(args.gen_batch_size * args.followup_frac) if self.finished_chats else 0
         while len(prompts) < args.gen_batch_size - n_follow:
             it = self.pool["train"][self.cursor % len(self.pool["train"])]
             self.cursor += 1
             p = encode_item(tok, it)
-            if len(p) <= args.max_prompt_tokens:
+            if len(p) <= args.max_prompt_tokens and tuple(p) not in self.seen_prompts:
+                self.seen_prompts.add(tuple(p))
                 batch_items.append(it)
                 prompts.append(p)
         for _ in range(n_follow):
@@ -200,7 +207,9 @@ class Distillation:
             resps, teach = out if args.teacher_topk else (out, [None] * len(out))
         except torch.OutOfMemoryError:
             args.gen_batch_size = max(8, args.gen_batch_size // 2)
-            self.cursor -= len(batch_items)
+            # give the prompts back: the retry draws the same ones
+            self.cursor = cursor_at_start
+            self.seen_prompts.difference_update(tuple(p) for p in prompts)
             torch.cuda.empty_cache()
             self.log(f"out of memory while generating: gen batch size -> {args.gen_batch_size}")
             return

@@ -42,7 +42,8 @@ def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     if found is None:
         return None
     idx, kept = found
-    return torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept).reshape(shape)
+    # (kept holds the row's own values or -inf: exact in the row's dtype)
+    return torch.full_like(flat, NEG_INF).scatter_(-1, idx, kept.to(flat.dtype)).reshape(shape)
 
 
 def top_k_top_p_candidates(
@@ -58,6 +59,7 @@ def top_k_top_p_candidates(
     vocab = flat.shape[-1]
     m = min(vocab, top_k + _TIE_SLACK)
     vals, idx = topk_rows(flat, m, top_k)  # sorted, descending
+    vals = vals.float()  # (bf16 rows: their top-k found in bf16, computed on in float32)
     kth = vals[:, top_k - 1 : top_k]
     if m < vocab and bool((vals[:, -1:] >= kth).any()):
         return None
@@ -132,9 +134,14 @@ _topk_kernel: dict[tuple, str] = {}  # this process's choices (the table's file 
 
 
 def _measure_topk(rows: int, vocab: int, m: int, top_k: int, dtype: torch.dtype) -> str:
+    table, key = kernel_table(), KernelTable.key("topk_rows", dtype, rows, vocab, m, top_k)
+    # a cached choice needs neither the random rows nor the evictor's buffer (twice the
+    # last-level cache, tens of MB to allocate): both only when measuring
+    if (known := table.known(key, ("chunked", "topk"))) is not None:
+        return known
     x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)).to(dtype)
-    return kernel_table().choose(
-        KernelTable.key("topk_rows", dtype, rows, vocab, m, top_k),
+    return table.choose(
+        key,
         {
             "chunked": lambda: _topk_chunked(x, m, top_k),
             "topk": lambda: torch.topk(x, m, dim=-1),

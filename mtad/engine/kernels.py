@@ -191,6 +191,11 @@ class KernelTable:
         except OSError:
             pass
 
+    def known(self, key: str, names: tuple[str, ...]) -> str | None:
+        """The cached choice for ``key`` when it is one of ``names`` (None: not measured)."""
+        known = self.choices.get(key)
+        return known if known in names else None
+
     def choose(
         self,
         key: str,

@@ -17,6 +17,8 @@ from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from mtad.engine.heads import CPUHeadLM, head_for
+from mtad.engine.subvocab import SubVocabHead, SubVocabLM
+from mtad.engine.warping import Candidates, WarpConfig, compact_candidates, warp_candidates
 
 # Attention implementations that apply a custom 4-D *additive* mask as given (transformers
 # passes a 4-D mask through untouched): the ones tree verification may use. FlashAttention
@@ -77,14 +79,22 @@ class ModelRunner:
         self.vocab_size = vocab_size_of(model)
         self.context_limit = context_limit_of(model.config.to_dict())
         self.forwards = 0
-        # what is called for logits: the model, or the model with a CPU-friendly head
-        self.net = head_for(self.model, head)
-        self.head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
+        # what is called for logits: the model, the model with a CPU-friendly head, or (an
+        # FR-Spec draft head) the model's body and its compact projection
+        out_head = model.get_output_embeddings()
+        if isinstance(out_head, SubVocabHead):
+            self.net: torch.nn.Module = SubVocabLM(self.model)
+            self.head = "subvocab"
+            self.vocab_ids: torch.Tensor | None = out_head.ids
+        else:
+            self.net = head_for(self.model, head)
+            self.head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
+            self.vocab_ids = None
         # transformers renamed ``past_key_values`` to ``cache`` during 5.x; accept both.
-        body = model.base_model if self.head == "fast" else model
+        body = model if self.head == "stock" else model.base_model
         params = inspect.signature(body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._can_trim_logits = self.head == "fast" or "logits_to_keep" in params
+        self._can_trim_logits = self.head != "stock" or "logits_to_keep" in params
         self.reset()
 
     def reset(self) -> None:
@@ -130,13 +140,20 @@ class ModelRunner:
         return self.cached_ids.shape[0]
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, keep: int = 0, compact: bool = False
+    ) -> torch.Tensor:
         """Run ``input_ids`` ``[rows, n]`` after the cached context.
 
         Returns logits ``[rows, keep, V]`` of the last ``keep`` positions (all when 0): the
-        full-vocabulary head is skipped for prompt positions nobody reads.
+        full-vocabulary head is skipped for prompt positions nobody reads. ``compact``: a model
+        with an FR-Spec head returns its compact rows ``[..., len(vocab_ids)]`` instead (read
+        them only through :meth:`candidates` / :meth:`vocab_token`); other models ignore it.
         """
-        logits = self._logits(input_ids, keep)
+        if compact and self.vocab_ids is not None:
+            logits = self._logits(input_ids, keep, compact=True)
+        else:
+            logits = self._logits(input_ids, keep)
         if keep:
             logits = logits[:, -keep:]
         self.cached_ids = torch.cat([self.cached_ids, input_ids], dim=1)
@@ -152,7 +169,26 @@ class ModelRunner:
         out = self.net(input_ids=input_ids, **kwargs)
         return out if isinstance(out, torch.Tensor) else out.logits
 
-    def feed(self, ids: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    def candidates(self, logits: torch.Tensor, warp: WarpConfig) -> Candidates:
+        """:func:`~mtad.engine.warping.warp_candidates` of logits this runner returned,
+        compact (``compact=True``) or full-width: candidates named by vocabulary id."""
+        if self.vocab_ids is None or logits.shape[-1] == self.vocab_size:
+            return warp_candidates(logits, warp)
+        found = compact_candidates(logits, warp, self.vocab_ids)
+        if found is not None:
+            return found
+        return warp_candidates(self.net.head.widen(logits), warp)
+
+    def vocab_token(self, index: torch.Tensor) -> torch.Tensor:
+        """Vocabulary ids of column indices into logits this runner returned (compact or not),
+        e.g. an argmax."""
+        if self.vocab_ids is None:
+            return index
+        return self.vocab_ids[index] if index.numel() else index
+
+    def feed(
+        self, ids: torch.Tensor, extra: torch.Tensor | None = None, compact: bool = False
+    ) -> torch.Tensor:
         """Feed the part of the 1-D committed sequence ``ids`` the cache lacks, then ``extra``.
 
         Returns logits ``[rows, 1 + len(extra), V]``: the last committed position (predicting
@@ -166,7 +202,7 @@ class ModelRunner:
             keep += extra.numel()
         if pending.numel() == 0:
             raise RuntimeError(f"{self.role}: nothing to feed (cache already holds all ids)")
-        return self.forward(pending.unsqueeze(0).expand(self.rows, -1), keep=keep)
+        return self.forward(pending.unsqueeze(0).expand(self.rows, -1), keep=keep, compact=compact)
 
     @torch.inference_mode()
     def feed_tree(

@@ -26,19 +26,53 @@ VOCAB_FILE = "draft_vocab.json"
 
 
 class SubVocabHead(torch.nn.Module):
-    """``logits[..., ids] = hidden @ W[ids].T``, ``-inf`` elsewhere (full vocabulary width)."""
+    """``logits[..., ids] = hidden @ W[ids].T``, ``-inf`` elsewhere (full vocabulary width).
+
+    ``ids`` are kept in ascending order, so column ``j`` of the compact logits
+    (:meth:`compact`) is token ``ids[j]`` and equal values order by token id there as in the
+    full-width row: warping the compact row (:func:`mtad.engine.warping.warp_candidates` with
+    ``vocab_ids``) gives the full-width row's candidates exactly, without the 3x wider row.
+    """
 
     def __init__(self, weight: torch.Tensor, ids: torch.Tensor) -> None:
         super().__init__()
         self.vocab_size = int(weight.shape[0])
-        self.register_buffer("ids", ids.to(torch.long), persistent=False)
+        self.register_buffer("ids", ids.to(torch.long).sort().values, persistent=False)
         # a copy of the kept rows: the full matrix stays as the input embedding
         self.weight = torch.nn.Parameter(weight.detach()[self.ids].clone(), requires_grad=False)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        sub = torch.nn.functional.linear(hidden, self.weight)
-        out = sub.new_full((*hidden.shape[:-1], self.vocab_size), float("-inf"))
+    def compact(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits of the kept tokens only, ``[..., len(ids)]`` (column ``j``: ``ids[j]``)."""
+        return torch.nn.functional.linear(hidden, self.weight)
+
+    def widen(self, sub: torch.Tensor) -> torch.Tensor:
+        """Compact logits as the full-width row (``-inf`` off the kept tokens)."""
+        out = sub.new_full((*sub.shape[:-1], self.vocab_size), float("-inf"))
         return out.index_copy_(-1, self.ids, sub)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.widen(self.compact(hidden))
+
+
+class SubVocabLM(torch.nn.Module):
+    """What a :class:`~mtad.engine.runner.ModelRunner` calls for a model with a
+    :class:`SubVocabHead`: its body, then the compact projection (``compact=True``: logits of
+    the kept tokens, for warping) or the full-width one."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = model
+        self.head = model.get_output_embeddings()
+        assert isinstance(self.head, SubVocabHead)
+
+    def forward(
+        self, input_ids: torch.Tensor, logits_to_keep: int = 0, compact: bool = False, **kwargs
+    ) -> torch.Tensor:
+        hidden = self.lm.base_model(input_ids=input_ids, **kwargs).last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        sub = self.head.compact(hidden)
+        return sub if compact else self.head.widen(sub)
 
 
 def read_vocab(folder: str | Path) -> list[int] | None:

@@ -223,6 +223,9 @@ class Candidates:
         return self.tokens.gather(-1, j)
 
 
+_TOPK_DTYPES = (torch.float32, torch.bfloat16)
+
+
 def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
     """:func:`warp_logprobs` as :class:`Candidates`: the same support and, up to the rounding
     of the normaliser (a sum over the kept values instead of a whole row), the same values.
@@ -233,7 +236,9 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
     w = warp.scoring()
     vocab = logits.shape[-1]
     if logits.device.type == "cpu" and 0 < w.top_k < vocab:
-        x = logits.float()
+        # at T = 1 the top-k search runs on the logits as they are (bf16 -> fp32 is exact and
+        # monotone: the same candidates); only the candidates are converted to float32
+        x = logits if w.temperature == 1.0 and logits.dtype in _TOPK_DTYPES else logits.float()
         if w.temperature != 1.0:
             x = x / w.temperature
         flat = x.reshape(-1, vocab)
@@ -244,6 +249,25 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
             shape = (*logits.shape[:-1], idx.shape[-1])
             return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
     return Candidates.from_logprobs(warp_logprobs(logits, warp))
+
+
+def compact_candidates(
+    logits: torch.Tensor, warp: WarpConfig, vocab_ids: torch.Tensor
+) -> Candidates | None:
+    """:func:`warp_candidates` of the full-width rows, from compact rows over ``vocab_ids``
+    (ascending ids; every other token has probability zero: an FR-Spec draft head,
+    :class:`mtad.engine.subvocab.SubVocabHead`), candidates named by vocabulary id.
+
+    The same candidates as the full-width row's: top-k and top-p never keep a ``-inf`` entry
+    while finite ones remain, and equal values order by id in both. None when the sparse form
+    does not apply (the caller widens the rows and warps those)."""
+    w = warp.scoring()
+    if logits.device.type != "cpu" or not 0 < w.top_k < logits.shape[-1]:
+        return None
+    found = warp_candidates(logits, warp)
+    if found.dense:
+        return None
+    return Candidates(vocab_ids[found.tokens], found.logp, dense=False)
 
 
 def sample_from_logprobs(

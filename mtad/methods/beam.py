@@ -25,7 +25,6 @@ from mtad.engine import (
     WarpConfig,
     sample_with_replacement,
     sample_without_replacement,
-    warp_candidates,
 )
 
 
@@ -69,7 +68,8 @@ def beam_sample(
     pick = sample_with_replacement if replacement else sample_without_replacement
     # Each step's warped q as candidates (a few dozen per row on the CPU with top-k, else the
     # whole vocabulary): pairs are scored, drawn and looked up among candidates only.
-    first = warp_candidates(runner.feed(ids)[0, -1], warp)  # [m]
+    # compact rows for an FR-Spec draft head: warped without widening them (runner.candidates)
+    first = runner.candidates(runner.feed(ids, compact=True)[0, -1], warp)  # [m]
     j, valid = pick(first.logp, beam_width, generator, greedy)  # [B']
     width = j.shape[0]  # min(B, m)
     tok = first.tokens[j]
@@ -81,7 +81,7 @@ def beam_sample(
     joints = [logq.sum(dim=1)]
     runner.repeat_rows(width)
     for _ in range(1, gamma):
-        step = warp_candidates(runner.forward(tokens[:, -1:])[:, -1], warp)  # [B, m]
+        step = runner.candidates(runner.forward(tokens[:, -1:], compact=True)[:, -1], warp)
         m = step.logp.shape[-1]
         scores = (logw[:, None] + step.logp).flatten()
         flat, valid = pick(scores, width, generator, greedy)

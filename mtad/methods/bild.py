@@ -79,14 +79,15 @@ class BigLittleDecoder(DecodingMethod):
         assert ctx.draft is not None
         drafted: list[torch.Tensor] = []
         with ctx.timed("draft"):
-            logits = ctx.draft.feed(ctx.ids)[0, -1]
+            # compact rows for an FR-Spec draft head (the max probability is the same)
+            logits = ctx.draft.feed(ctx.ids, compact=True)[0, -1]
             for i in range(prm.max_draft):
                 if float(raw_confidence(logits)) < prm.fallback_threshold:
                     break  # not confident: hand over to the target
-                tok = warp_candidates(logits, prm.warp).sample(ctx.generator, prm.greedy)
+                tok = ctx.draft.candidates(logits, prm.warp).sample(ctx.generator, prm.greedy)
                 drafted.append(tok)
                 if i + 1 < prm.max_draft:
-                    logits = ctx.draft.forward(tok.view(1, 1))[0, -1]
+                    logits = ctx.draft.forward(tok.view(1, 1), compact=True)[0, -1]
         with ctx.timed("verify"):
             x = torch.stack(drafted) if drafted else None
             g = 0 if x is None else x.numel()

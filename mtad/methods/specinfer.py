@@ -87,9 +87,8 @@ def expand_tree(
     """Sample the tree's tokens ``[N]`` and return them with the warped draft distribution each
     internal node's children came from (``1 + internal`` rows; row 0: root). One draft forward
     per depth; the cache ends with one row per deepest internal node."""
-    logits = draft.feed(ids)[0, -1:]  # [1, V]
-    vocab = logits.shape[-1]
-    q = warp_candidates(logits, warp)
+    vocab = draft.vocab_size
+    q = draft.candidates(draft.feed(ids, compact=True)[0, -1:], warp)  # [1, m]
     dists, tokens = [q], []
     for d, b in enumerate(branching):
         toks = q.draw(b, generator, warp.greedy)  # [rows, b] i.i.d. children per node
@@ -97,7 +96,7 @@ def expand_tree(
         if d + 1 == len(branching):
             break
         draft.select_rows(torch.arange(toks.shape[0], device=toks.device).repeat_interleave(b))
-        q = warp_candidates(draft.forward(toks.reshape(-1, 1))[:, -1], warp)
+        q = draft.candidates(draft.forward(toks.reshape(-1, 1), compact=True)[:, -1], warp)
         dists.append(q)
     return torch.cat(tokens), Candidates.cat(dists, vocab)
 

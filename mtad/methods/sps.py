@@ -51,19 +51,19 @@ def draft_tokens(
     ``q`` as ``None``: greedy verification never reads it.
     """
     greedy = warp.greedy
-    logits = draft.feed(ids)[0, -1]
+    logits = draft.feed(ids, compact=True)[0, -1]  # compact for an FR-Spec draft head
     tokens, qs = [], []
     for i in range(gamma):
         if greedy:
-            tok = logits.argmax(dim=-1)
+            tok = draft.vocab_token(logits.argmax(dim=-1))
         else:
-            q = warp_candidates(logits, warp)
+            q = draft.candidates(logits, warp)
             tok = q.sample(generator)
             qs.append(q)
         tokens.append(tok)
         if i + 1 < gamma:
-            logits = draft.forward(tok.view(1, 1))[0, -1]
-    return torch.stack(tokens), (Candidates.stack(qs, logits.shape[-1]) if qs else None)
+            logits = draft.forward(tok.view(1, 1), compact=True)[0, -1]
+    return torch.stack(tokens), (Candidates.stack(qs, draft.vocab_size) if qs else None)
 
 
 def speculative_accept(
