@@ -183,3 +183,21 @@ def test_claims_verdicts_from_the_renderer_are_counted(fake_study: pd.DataFrame)
         "claims_unresolved": len(claims) - 2,  # energy, and the score claims (no score here)
     }
     assert claims_summary(claims) == expected
+
+
+def test_a_score_claim_over_a_baseline_that_scores_zero_says_why(fake_study: pd.DataFrame) -> None:
+    """A target that passes nothing (AR's score 0 in every run) leaves the score claims
+    unresolved with that reason, not the generic 'no comparable runs'."""
+    runs = fake_study.copy()
+    runs["score"] = 0.0
+    runs = add_comparisons(runs.drop(columns=["score_change_vs_ar"]))
+    claims = claims_table(load_recipe("claims"), runs)
+    by_metric = {c["metric"]: c["claim"] for c in load_recipe("claims").claims}
+    row = claims[claims["claim"] == by_metric["score_change_vs_ar"]].iloc[0]
+    assert row["verdict"] == UNRESOLVED
+    reason = "undefined: AR's score is 0 in every run on fake/prompts (3 runs)"
+    assert row["ours"].startswith(reason)
+    # with no score at all the generic reason stays
+    plain = claims_table(load_recipe("claims"), fake_study)
+    row = plain[plain["claim"] == by_metric["score_change_vs_ar"]].iloc[0]
+    assert row["ours"].startswith("no comparable runs")

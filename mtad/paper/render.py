@@ -288,12 +288,38 @@ def claims_table(
                 {
                     **head,
                     "where": NOT_APPLICABLE,
-                    "ours": "no comparable runs (baseline missing or metric undefined)",
+                    "ours": _why_no_estimate(sub, metric, baselines),
                     "verdict": UNRESOLVED,
                 }
             )
         out += rows
     return pd.DataFrame(out, columns=[*CLAIM_COLUMNS, *CLAIM_NUMBERS])
+
+
+def _why_no_estimate(method_runs: pd.DataFrame, metric: str, baselines: pd.DataFrame) -> str:
+    """Why a claim has no estimate: named when the baseline's figure is zero in every run
+    (a relative change from 0 is undefined: e.g. a target that passes no HumanEval problem),
+    else the generic reason."""
+    generic = "no comparable runs (baseline missing or metric undefined)"
+    comparison = next((c for c in COMPARISONS if c.column == metric), None)
+    if comparison is None or comparison.kind != "change" or method_runs.empty:
+        return generic
+    zero = []
+    for (pair, task), _ in method_runs.groupby(["pair", "task"], sort=False):
+        base = baselines[
+            (baselines["method"] == comparison.baseline)
+            & (baselines["pair"] == pair)
+            & (baselines["task"] == task)
+        ]
+        values = _values(base, comparison.metric)
+        if values and all(v == 0 for v in values):
+            zero.append(f"{pair}/{task} ({len(values)} runs)")
+    if not zero:
+        return generic
+    return (
+        f"undefined: {comparison.baseline.upper()}'s {comparison.metric} is 0 in every run on "
+        f"{', '.join(zero)}, and a change relative to 0 has no value"
+    )
 
 
 # --------------------------------------------------------------------------------------------
