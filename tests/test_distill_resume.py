@@ -149,3 +149,30 @@ def test_fill_teacher_matches_a_teacher_forced_forward(tiny_llama):
             ids, logp = topk_of_logits(logits, 5)
             assert np.array_equal(buf.teach[i][0], ids.numpy())
             np.testing.assert_allclose(buf.teach[i][1], logp.numpy(), atol=2e-3)
+
+
+def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
+    """``--data-in`` data are not generated again: a run continued from an earlier run's
+    data.npz prompts the target with pool items the earlier run did not use."""
+    _pool(tmp_path / "pool.jsonl.gz")
+    first = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    cmd = _cmd(tmp_path, "c") + ["--data-in", str(tmp_path / "a" / "out" / "data.npz")]
+    cmd[cmd.index("--replay-ratio") + 1] = "0.5"  # generate soon after loading
+    cont = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert cont.returncode == 0, cont.stderr[-2000:]
+
+    def prompts(path: Path) -> list[tuple[int, ...]]:
+        z = np.load(path)
+        ends = np.cumsum(z["lens"])
+        return [tuple(z["tokens"][e - n : e - n + p]) for e, n, p in
+                zip(ends, z["lens"], z["plens"], strict=True)]
+
+    old = prompts(tmp_path / "a" / "out" / "data.npz")
+    both = prompts(tmp_path / "c" / "out" / "data.npz")
+    assert both[: len(old)] == old  # the loaded data come first
+    new = both[len(old) :]
+    assert new, "the continued run generated nothing"
+    assert not set(new) & set(old)
+    assert len(set(new)) == len(new)
