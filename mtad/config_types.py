@@ -5,7 +5,8 @@ None``), but ``method`` and ``task`` reach them as free-form mappings, so ``task
 used to fail deep inside with "'<' not supported between instances of 'str' and 'int'". Here
 each value is checked against its annotation first, and the message says the expected type:
 ``must be an integer or null, got 'abc'``. Lenient where the code is: ``float`` takes ints, a
-``Sequence`` takes a list, a tuple or a single string, unknown annotations take anything.
+``Sequence`` takes a list or a tuple (of strings: also one string, made a one-item list by
+:func:`conform`), unknown annotations take anything.
 
 No torch, no package imports: :mod:`mtad.harness.config` (imported before Hydra composes) and
 :mod:`mtad.tasks` use it.
@@ -47,12 +48,33 @@ def _accepts(kind: Any, value: Any) -> bool | None:
     if kind is float:
         return type(value) in (int, float)
     if origin in _SEQUENCES:
-        return isinstance(value, (list, tuple, str))
+        if isinstance(value, str):  # one string for a list of strings (see conform); for
+            # a list of numbers the code's own check says more ("a list of ints >= 1")
+            return True if _of_strings(kind) else None
+        return isinstance(value, (list, tuple))
     if origin in _MAPPINGS:
         return isinstance(value, dict)
     if origin is typing.Literal:
         return value in typing.get_args(kind)
     return None
+
+
+def _of_strings(kind: Any) -> bool:
+    """A sequence annotation whose items may be strings (``Sequence[str]``, bare ``list``)."""
+    args = [a for a in typing.get_args(kind) if a is not Ellipsis]
+    return not args or all(a in (str, Any) for a in args)
+
+
+def conform(value: Any, annotation: Any) -> Any:
+    """``value`` as the code expects it: one string given for a list of strings becomes a
+    one-item list (``task.stop=###`` is the stop string ``'###'``, not ``'#', '#', '#'``)."""
+    if isinstance(value, str):
+        members = _members(annotation)
+        if str not in members and any(
+            (typing.get_origin(k) or k) in _SEQUENCES and _of_strings(k) for k in members
+        ):
+            return [value]
+    return value
 
 
 def describe(annotation: Any) -> str:

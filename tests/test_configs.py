@@ -264,3 +264,15 @@ def test_missing_local_model_folder_is_reported_before_loading(smoke: DictConfig
     # a method without a draft does not need the draft's folder
     ar = compose_cfg("+experiment=smoke", "method=ar")
     prepare(local_draft(ar))
+
+
+def test_one_string_for_a_list_of_strings_is_one_item_not_its_characters() -> None:
+    """``task.stop=###`` is the stop string '###' (it used to become '#', '#', '#'); a string
+    for a list of numbers is refused by the method's own check."""
+    from mtad.methods import build_params
+    from mtad.tasks import build_task
+
+    assert build_task({"name": "prompts", "stop": "###"}).stop == ("###",)
+    assert build_task({"name": "prompts", "stop": ["a", "bc"]}).stop == ("a", "bc")
+    with pytest.raises(ValueError, match=r"must be a non-empty list of ints >= 1, got 'abc'"):
+        build_params("specinfer", branching="abc")

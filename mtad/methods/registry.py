@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mtad.config_types import hints, type_problem
+from mtad.config_types import conform, hints, type_problem
 
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
@@ -61,7 +61,7 @@ def build_params(name: str, **params: Any) -> Any:
         problem = type_problem(value, types.get(key, Any))
         if problem:
             raise ValueError(f"method.{key}: {problem}")
-    return cls(**params)
+    return cls(**{k: conform(v, types.get(k, Any)) for k, v in params.items()})
 
 
 def make_method(name: str, params: Any) -> DecodingMethod:

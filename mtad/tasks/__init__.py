@@ -15,7 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mtad.config_types import keyword_hints, type_problem
+from mtad.config_types import conform, keyword_hints, type_problem
 from mtad.tasks.base import Task, score_outputs, total_stats
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
@@ -70,6 +70,7 @@ def build_task(cfg: Mapping[str, Any]) -> Task:
         problem = type_problem(value, types.get(key, Any))
         if problem:
             raise ValueError(f"task.{key}: {problem}")
+        options[key] = conform(value, types.get(key, Any))
     return cls(**options)
 
 
