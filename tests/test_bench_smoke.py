@@ -162,3 +162,12 @@ def test_vs_authors_tables_both_sides_without_their_code(
     assert sides["authors"]["be"] == [2.0] * 4 and len(sides["ours"]["be"]) == 4
     assert sides["ours"]["tokens"] > 0
     assert "x authors" in capsys.readouterr().out
+
+
+def test_subvocab_bench_times_both_paths(capsys) -> None:
+    from bench import subvocab
+
+    rows = subvocab.main(["--rows", "1,4", "--reps", "2"])
+    assert [r[0] for r in rows] == ["1", "4"]
+    assert all(float(x) > 0 for r in rows for x in r[1:])
+    assert "wide / compact" in capsys.readouterr().out
