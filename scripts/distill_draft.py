@@ -108,7 +108,9 @@ def parse_args(argv=None):
     ap.add_argument("--tokens-per-step", type=int, default=32768)
     ap.add_argument("--micro-tokens", type=int, default=16384)
     ap.add_argument("--prompt-weight", type=float, default=0.0,
-                    help="loss weight of prompt positions (response positions weigh 1)")
+                    help="loss weight of prompt positions (response positions weigh 1); with "
+                         "--teacher-topk the target's top-k there comes from one teacher-forced "
+                         "pass per sequence, stored like the response positions'")
     ap.add_argument("--replay-ratio", type=float, default=4.0,
                     help="in the interleaved phase, train until trained/generated tokens >= this")
     ap.add_argument("--autocast", choices=["auto", "bf16", "off"], default="auto")

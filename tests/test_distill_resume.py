@@ -151,6 +151,38 @@ def test_fill_teacher_matches_a_teacher_forced_forward(tiny_llama):
             np.testing.assert_allclose(buf.teach[i][1], logp.numpy(), atol=2e-3)
 
 
+def test_prompt_positions_train_on_the_stored_teacher_in_the_cells_order(tiny_llama):
+    """--prompt-weight > 0 with a stored teacher: the target's top-k at the prompt positions
+    is filled by one teacher-forced pass and handed to training before the response
+    positions, row by row, in the order of the micro-batch's ``w > 0`` cells."""
+    from types import SimpleNamespace
+
+    from mtad.distill.data import collate
+    from mtad.distill.train import cached_teacher
+
+    target, _ = tiny_llama
+    buf = Buffer()
+    g = torch.Generator().manual_seed(3)
+    for n, p in ((9, 4), (14, 6)):
+        seq = torch.randint(0, 256, (n,), generator=g).tolist()
+        buf.add(seq[:p], seq[p:], "chat", False)
+    fill_teacher(buf, target, 5, "cpu", 64)
+    args = SimpleNamespace(prompt_weight=0.5, device="cpu")
+    assert cached_teacher(buf, [0, 1], args) is None  # prompt positions not filled yet
+    assert fill_teacher(buf, target, 5, "cpu", 64, prompts=True) == 2
+    ids, logp = cached_teacher(buf, [0, 1], args)
+    x, w = collate(buf, [0, 1], 0, args.prompt_weight, "cpu")
+    with torch.no_grad():
+        logits = target(input_ids=x).logits[w > 0]  # row-major: the training step's order
+    want_ids, want_logp = topk_of_logits(logits, 5)
+    assert ids.shape[0] == int((w > 0).sum()) == (9 - 1) + (14 - 1)
+    assert torch.equal(ids, want_ids.long())
+    torch.testing.assert_close(logp, want_logp.float(), atol=2e-3, rtol=0)
+    # without prompt weight only the response positions, as before
+    only = cached_teacher(buf, [0, 1], SimpleNamespace(prompt_weight=0.0, device="cpu"))
+    assert only[0].shape[0] == (9 - 4) + (14 - 6)
+
+
 def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     """``--data-in`` data are not generated again: a run continued from an earlier run's
     data.npz prompts the target with pool items the earlier run did not use."""

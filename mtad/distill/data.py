@@ -97,21 +97,30 @@ def topk_of_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
 
 
 @torch.no_grad()
-def fill_teacher(buf: Buffer, target, k: int, device: str, micro_tokens: int, log=None) -> int:
+def fill_teacher(
+    buf: Buffer, target, k: int, device: str, micro_tokens: int, log=None, prompts: bool = False
+) -> int:
     """Teacher top-k for every buffered sequence that has none (data loaded as bare ids, e.g.
-    on another machine from the committed ``data.npz``): one teacher-forced target forward over
-    each sequence; returns the number of sequences filled."""
-    todo = [i for i, t in enumerate(buf.teach) if t is None]
+    on another machine from the committed ``data.npz``), and with ``prompts`` also at its prompt
+    positions (``--prompt-weight``: generation computes no logits there): one teacher-forced
+    target forward over each sequence; returns the number of sequences filled."""
+    todo = [i for i, (t, tp) in enumerate(zip(buf.teach, buf.teach_prompt, strict=True))
+            if t is None or (prompts and tp is None)]
     pad = target.config.pad_token_id or 0
     for rows in make_batches(buf, todo, micro_tokens):
         x, w = collate(buf, rows, pad, 0.0, device)
         logits = target(input_ids=x).logits
         for r, i in enumerate(rows):
-            n = len(buf.seqs[i]) - buf.plens[i]
-            ids_k, logp_k = topk_of_logits(logits[r, buf.plens[i] - 1 : buf.plens[i] - 1 + n], k)
-            buf.teach[i] = (ids_k.numpy(), logp_k.numpy())
+            p, n = buf.plens[i], len(buf.seqs[i]) - buf.plens[i]
+            if buf.teach[i] is None:
+                ids_k, logp_k = topk_of_logits(logits[r, p - 1 : p - 1 + n], k)
+                buf.teach[i] = (ids_k.numpy(), logp_k.numpy())
+            if prompts and buf.teach_prompt[i] is None:
+                ids_k, logp_k = topk_of_logits(logits[r, : p - 1], k)
+                buf.teach_prompt[i] = (ids_k.numpy(), logp_k.numpy())
     if log and todo:
-        log(f"teacher top-{k} computed for {len(todo)} loaded sequences")
+        where = "response and prompt positions" if prompts else "response positions"
+        log(f"teacher top-{k} computed for {len(todo)} sequences ({where})")
     return len(todo)
 
 
@@ -125,6 +134,13 @@ class Buffer:
     # per sequence: None or (ids [n, K], log-probs [n, K]) of the target at its n response
     # positions (see generate(teacher_topk=...)); never written to data.npz (ids only)
     teach: list = field(default_factory=list)
+    # the same at the prompt positions 0..p-2 (each predicting the next prompt token), for
+    # --prompt-weight > 0: None until a teacher-forced pass fills it (fill_teacher(prompts=True))
+    teach_prompt: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # a checkpoint written before teach_prompt existed: nothing filled yet
+        self.teach_prompt += [None] * (len(self.seqs) - len(self.teach_prompt))
 
     def add(self, prompt, resp, kind, greedy, teach=None):
         if not resp:
@@ -133,6 +149,7 @@ class Buffer:
         self.plens.append(len(prompt))
         self.kinds.append(kind)
         self.teach.append(teach)
+        self.teach_prompt.append(None)
         self.gen_tokens += len(resp)
         if greedy:
             self.gen_tokens_greedy += len(resp)
@@ -205,6 +222,7 @@ def load_data(path: str, buf: Buffer) -> None:
         buf.plens.append(int(p))
         buf.kinds.append(str(k))
         buf.teach.append(None)
+        buf.teach_prompt.append(None)
         off += n
     buf.gen_tokens += int(z["gen_tokens"])
     buf.gen_tokens_greedy += int(z["gen_tokens_greedy"])

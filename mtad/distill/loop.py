@@ -83,7 +83,11 @@ class Distillation:
                     f"{self.buf.gen_tokens} tokens")
             if args.teacher_topk:
                 fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                             args.micro_tokens, log)
+                             args.micro_tokens, log, prompts=args.prompt_weight > 0)
+
+        if args.teacher_topk and args.prompt_weight > 0:  # e.g. resumed from an older state
+            fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
+                         args.micro_tokens, log, prompts=True)
 
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()
@@ -225,6 +229,10 @@ class Distillation:
                 self.finished_chats.append((it, r))
                 if len(self.finished_chats) > 4096:
                     self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
+        if args.teacher_topk and args.prompt_weight > 0:
+            # generation computed no logits at the prompt positions: one teacher-forced pass
+            fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
+                         args.micro_tokens, prompts=True)
         self.gen_batches += 1
         dt = time.perf_counter() - tg
         self.log(f"gen batch {self.gen_batches} ({'greedy' if greedy else 'sampled'}): "

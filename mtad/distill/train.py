@@ -103,13 +103,18 @@ def train_step(args, target, drafts, opts, specs, buf: Buffer, rng: random.Rando
 
 
 def cached_teacher(buf: Buffer, rows: list[int], args) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The stored target top-k of a micro-batch's response positions, in the row-major order
-    of its ``w > 0`` cells; None (compute the target on the fly) when a row has none or the
-    prompt positions are trained on too."""
-    if args.prompt_weight > 0 or any(buf.teach[i] is None for i in rows):
+    """The stored target top-k of a micro-batch's trained positions (prompt positions first
+    when ``--prompt-weight`` > 0, then response positions: each row's ``w > 0`` cells), in the
+    row-major order of those cells; None (compute the target on the fly) when a row lacks
+    them."""
+    parts = [buf.teach]
+    if args.prompt_weight > 0:
+        parts.insert(0, buf.teach_prompt)  # positions 0..p-2 come before p-1..
+    if any(part[i] is None for part in parts for i in rows):
         return None
-    ids = torch.from_numpy(np.concatenate([buf.teach[i][0] for i in rows])).long()
-    logp = torch.from_numpy(np.concatenate([buf.teach[i][1] for i in rows])).float()
+    per_row = [part[i] for i in rows for part in parts]
+    ids = torch.from_numpy(np.concatenate([t[0] for t in per_row])).long()
+    logp = torch.from_numpy(np.concatenate([t[1] for t in per_row])).float()
     return ids.to(args.device), logp.to(args.device)
 
 
