@@ -81,13 +81,9 @@ class Distillation:
                 load_data(f, self.buf)
                 log(f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
                     f"{self.buf.gen_tokens} tokens")
-            if args.teacher_topk:
-                fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                             args.micro_tokens, log, prompts=args.prompt_weight > 0)
-
-        if args.teacher_topk and args.prompt_weight > 0:  # e.g. resumed from an older state
+        if args.teacher_topk:  # loaded data, or a state saved before teach_prompt existed
             fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                         args.micro_tokens, log, prompts=True)
+                         args.micro_tokens, log, prompts=args.prompt_weight > 0)
 
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()

@@ -182,9 +182,7 @@ class ModelRunner:
     def vocab_token(self, index: torch.Tensor) -> torch.Tensor:
         """Vocabulary ids of column indices into logits this runner returned (compact or not),
         e.g. an argmax."""
-        if self.vocab_ids is None:
-            return index
-        return self.vocab_ids[index] if index.numel() else index
+        return index if self.vocab_ids is None else self.vocab_ids[index]
 
     def feed(
         self, ids: torch.Tensor, extra: torch.Tensor | None = None, compact: bool = False

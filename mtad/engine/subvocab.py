@@ -30,8 +30,8 @@ class SubVocabHead(torch.nn.Module):
 
     ``ids`` are kept in ascending order, so column ``j`` of the compact logits
     (:meth:`compact`) is token ``ids[j]`` and equal values order by token id there as in the
-    full-width row: warping the compact row (:func:`mtad.engine.warping.warp_candidates` with
-    ``vocab_ids``) gives the full-width row's candidates exactly, without the 3x wider row.
+    full-width row: warping the compact row (:func:`mtad.engine.warping.compact_candidates`)
+    gives the full-width row's candidates exactly, without the 3x wider row.
     """
 
     def __init__(self, weight: torch.Tensor, ids: torch.Tensor) -> None:
