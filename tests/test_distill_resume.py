@@ -208,3 +208,47 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     assert new, "the continued run generated nothing"
     assert not set(new) & set(old)
     assert len(set(new)) == len(new)
+
+
+def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_refilling(
+        tmp_path):
+    """The teacher-forced pass over ``--data-in`` data (an hour on a CPU for the shipped
+    data) is checkpointed before the first step: a run killed after it resumes from that
+    state without a second pass and ends where an uninterrupted run ends."""
+    _pool(tmp_path / "pool.jsonl.gz")
+    first = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+
+    def continued(run: str) -> list[str]:
+        cmd = _cmd(tmp_path, run) + ["--data-in", str(tmp_path / "a" / "out" / "data.npz"),
+                                     "--gen-frac", "0", "--prompt-weight", "0.5"]
+        # no periodic checkpoint: the only one before the end is the one after the fill
+        cmd[cmd.index("--ckpt-every-s") + 1] = "3600"
+        return cmd
+
+    straight = subprocess.run(continued("s"), env=_env(), capture_output=True, text=True,
+                              timeout=600)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    filled = "teacher top-16 computed for"
+    assert filled in straight.stdout + straight.stderr
+
+    proc = subprocess.Popen(continued("k"), env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while _ckpt_step(tmp_path / "k" / "ckpt") < 0 and time.time() < deadline:
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert _ckpt_step(tmp_path / "k" / "ckpt") == 0
+    resumed = subprocess.run(continued("k"), env=_env(), capture_output=True, text=True,
+                             timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = resumed.stdout + resumed.stderr
+    assert f"resumed from {tmp_path / 'k' / 'ckpt'}: step 0" in log
+    assert filled not in log
+
+    ws, wk = (load_file(str(tmp_path / r / "out" / "D" / "model.safetensors")) for r in "sk")
+    for k in ws:
+        torch.testing.assert_close(ws[k], wk[k], rtol=0, atol=0, msg=k)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from mtad.distill import objectives as O
 
@@ -98,15 +99,25 @@ def topk_of_logits(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
 
 @torch.no_grad()
 def fill_teacher(
-    buf: Buffer, target, k: int, device: str, micro_tokens: int, log=None, prompts: bool = False
+    buf: Buffer,
+    target,
+    k: int,
+    device: str,
+    micro_tokens: int,
+    log=None,
+    prompts: bool = False,
+    progress: bool = False,
 ) -> int:
     """Teacher top-k for every buffered sequence that has none (data loaded as bare ids, e.g.
     on another machine from the committed ``data.npz``), and with ``prompts`` also at its prompt
     positions (``--prompt-weight``: generation computes no logits there): one teacher-forced
-    target forward over each sequence; returns the number of sequences filled."""
+    target forward over each sequence; returns the number of sequences filled. ``progress``
+    shows a bar in token positions (loaded data on a CPU: tens of minutes)."""
     todo = [i for i, (t, tp) in enumerate(zip(buf.teach, buf.teach_prompt, strict=True))
             if t is None or (prompts and tp is None)]
     pad = target.config.pad_token_id or 0
+    bar = tqdm(total=sum(len(buf.seqs[i]) for i in todo), unit="tok", desc="teacher top-k",
+               dynamic_ncols=True, mininterval=5.0, disable=not (progress and todo))
     for rows in make_batches(buf, todo, micro_tokens):
         x, w = collate(buf, rows, pad, 0.0, device)
         logits = target(input_ids=x).logits
@@ -118,6 +129,8 @@ def fill_teacher(
             if prompts and buf.teach_prompt[i] is None:
                 ids_k, logp_k = topk_of_logits(logits[r, : p - 1], k)
                 buf.teach_prompt[i] = (ids_k.numpy(), logp_k.numpy())
+        bar.update(sum(len(buf.seqs[i]) for i in rows))
+    bar.close()
     if log and todo:
         where = "response and prompt positions" if prompts else "response positions"
         log(f"teacher top-{k} computed for {len(todo)} sequences ({where})")

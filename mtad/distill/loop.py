@@ -82,8 +82,14 @@ class Distillation:
                 log(f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
                     f"{self.buf.gen_tokens} tokens")
         if args.teacher_topk:  # loaded data, or a state saved before teach_prompt existed
-            fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                         args.micro_tokens, log, prompts=args.prompt_weight > 0)
+            filled = fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
+                                  args.micro_tokens, log, prompts=args.prompt_weight > 0,
+                                  progress=True)
+            if filled and self.ckpt_dir:
+                # the pass over loaded data can take an hour on a CPU: a kill after it loses
+                # nothing (the loop has not started: a resume starts its schedule afresh)
+                self.loop_start = None
+                self.checkpoint()
 
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()
