@@ -74,7 +74,10 @@ def spinner(seconds: float):
 def test_every_head_kernel_gives_linear_logits(wide_llama, dtype, kernel):
     """Each kernel (and so the chosen one) equals F.linear in the head's dtype within 1e-5
     relative to the row's largest logit, for decoding row counts and beyond the measured
-    range."""
+    range; in bfloat16 also within one rounding step of each logit (summed in another order,
+    a float32 value near a rounding boundary lands on the neighbouring bf16 value: seen on an
+    AVX2 CPU without native bf16, where both kernels were within 0.5 ulp of the exact
+    product yet 1 ulp apart)."""
     model = build_tiny_model("llama", "target", vocab_size=8192, seed=3).to(dtype)
     weight = model.get_output_embeddings().weight
     head = CPUHeadLM(model, kernel=kernel)
@@ -86,8 +89,11 @@ def test_every_head_kernel_gives_linear_logits(wide_llama, dtype, kernel):
             want = torch.nn.functional.linear(hidden, weight)
         assert got.dtype == want.dtype and got.shape == want.shape and got.is_contiguous()
         scale = want.float().abs().amax(dim=-1, keepdim=True)
-        rel = ((got.float() - want.float()).abs() / scale).max()
-        assert float(rel) <= 1e-5, (kernel, dtype, rows, float(rel))
+        tol = 1e-5 * scale
+        if dtype == torch.bfloat16:  # one bf16 step of each logit (eps: 1 ulp at 1.0)
+            tol = tol + torch.finfo(dtype).eps * want.float().abs()
+        excess = ((got.float() - want.float()).abs() - tol).max()
+        assert float(excess) <= 0, (kernel, dtype, rows, float(excess))
 
 
 def test_head_chooses_by_measurement_and_records_it(wide_llama, private_cache):
