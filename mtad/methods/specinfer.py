@@ -136,6 +136,7 @@ class TreeSpeculativeSampling(DecodingMethod):
             )
             ctx.target.crop(ctx.n)
             path, next_token = self.walk(p_all, q_all, tokens, ctx.generator)
+            ctx.target.keep_tree_path(path)  # a feature-level draft reads the path's features
         out = torch.cat([tokens[path], next_token.view(1)])
         # depth along the accepted path over the tree depth; every node for the per-node rate
         return StepResult(

@@ -1,0 +1,374 @@
+"""Training a feature-level draft head on stored teacher-forced features, resumably.
+
+The data are the shards of :mod:`mtad.distill.features` (the target's tapped hidden states and
+top-k next-token log-probabilities at every position of a token corpus). One step:
+
+1. fuse the target's features of every position (``g_i``) and unroll the head over the sequence
+   at draft depths ``1..depths`` (:meth:`mtad.engine.feature_head.FeatureHead.unrolled`: depth 1
+   reads true features, depth ``k`` its own outputs of the ``k - 1`` positions before, with the
+   attention the draft has then -- EAGLE-3's "training-time test", HASS's harmonised context);
+2. at every depth and position, the loss against the target's next-token distribution there:
+   KL(p || q) over the target's stored top-k plus one bin for the rest (a lower bound of the full
+   KL, exact on every token the authors' top-k-10 warping can keep), plus ``overlap_weight`` x
+   (1 - sum_v min(p_w, q_w)) under the authors' warping (temperature 1, top-k 10, top-p 0.9),
+   the expected acceptance the draft is judged by (:mod:`mtad.distill.objectives`);
+3. an AdamW step with warm-up and cosine decay.
+
+The sequence order is a function of the seed and the epoch, and a checkpoint holds the weights,
+the optimiser, the step and the data cursor, written atomically every ``ckpt_every_s`` seconds:
+a killed run resumes to the weights the uninterrupted run reaches (``tests/test_head_train.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtad.distill import objectives as O
+from mtad.distill.features import Shard, from_bf16_bits, load_shard
+from mtad.engine.feature_head import FeatureHead
+
+
+@dataclass
+class HeadTrainConfig:
+    depths: int = 4  # draft depths trained (the decoding gamma the head serves)
+    depth_weights: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0, 1.0])
+    epochs: float = 2.0
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    min_lr_frac: float = 0.05
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    tokens_per_step: int = 8192
+    micro_tokens: int = 2048
+    prompt_weight: float = 0.1  # loss weight of prompt positions (responses: 1)
+    overlap_weight: float = 1.0
+    seed: int = 0
+    source_repeats: dict[str, int] = field(default_factory=dict)  # shard dir -> passes per epoch
+    ckpt_every_s: float = 300.0
+    autocast: bool = True  # bfloat16 matmuls (CPUs with native bfloat16, GPUs)
+
+    def __post_init__(self) -> None:
+        if len(self.depth_weights) < self.depths:
+            self.depth_weights = list(self.depth_weights) + [1.0] * (
+                self.depths - len(self.depth_weights)
+            )
+
+
+@dataclass
+class SeqRef:
+    shard: int
+    index: int  # sequence index inside the shard
+    length: int
+
+
+class ShardData:
+    """Every sequence of a list of shard folders, addressable as (shard, sequence)."""
+
+    def __init__(self, folders: Sequence[Path], repeats: dict[str, int] | None = None) -> None:
+        self.shards: list[Shard] = [load_shard(Path(f)) for f in folders]
+        self.starts = [s.starts for s in self.shards]
+        self.repeats = [int((repeats or {}).get(str(Path(f).parent), 1)) for f in folders]
+
+    def refs(self) -> list[SeqRef]:
+        out = []
+        for si, sh in enumerate(self.shards):
+            for _ in range(self.repeats[si]):
+                out.extend(SeqRef(si, j, int(n)) for j, n in enumerate(sh.lens))
+        return out
+
+    def sequence(self, ref: SeqRef) -> dict[str, np.ndarray]:
+        sh = self.shards[ref.shard]
+        s = int(self.starts[ref.shard][ref.index])
+        e = s + ref.length
+        return {
+            "tokens": sh.tokens[s:e].astype(np.int64),
+            "feats": np.asarray(sh.feats[s:e]),
+            "ids": np.asarray(sh.topk_ids[s:e]).astype(np.int64),
+            "logp": np.asarray(sh.topk_logp[s:e]).astype(np.float32),
+            "plen": int(sh.plens[ref.index]),
+        }
+
+
+def epoch_steps(refs: list[SeqRef], cfg: HeadTrainConfig, epoch: int) -> list[list[SeqRef]]:
+    """The epoch's steps: a seeded permutation of the sequences cut into ~tokens_per_step."""
+    rng = np.random.default_rng([cfg.seed, epoch])
+    order = rng.permutation(len(refs))
+    steps, cur, acc = [], [], 0
+    for i in order:
+        cur.append(refs[i])
+        acc += refs[i].length
+        if acc >= cfg.tokens_per_step:
+            steps.append(cur)
+            cur, acc = [], 0
+    if cur:
+        steps.append(cur)
+    return steps
+
+
+def micro_batches(step: list[SeqRef], micro_tokens: int) -> list[list[SeqRef]]:
+    """Sequences of one step sorted by length and packed into <= micro_tokens padded cells."""
+    out, cur = [], []
+    for r in sorted(step, key=lambda r: (r.length, r.shard, r.index)):
+        if cur and (len(cur) + 1) * r.length > micro_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[str, torch.Tensor]:
+    """Right-padded batch: tokens, features, teacher top-k and per-position loss weights
+    (position ``i`` predicts token ``i + 1``: the last position has no target)."""
+    seqs = [data.sequence(r) for r in refs]
+    b, L = len(seqs), max(len(s["tokens"]) for s in seqs)
+    k = seqs[0]["ids"].shape[1]
+    taps, d = seqs[0]["feats"].shape[1:]
+    tokens = torch.zeros(b, L, dtype=torch.long)
+    feats = torch.zeros(b, L, taps, d, dtype=torch.bfloat16)
+    ids = torch.zeros(b, L, k, dtype=torch.long)
+    logp = torch.full((b, L, k), -30.0)
+    w = torch.zeros(b, L)
+    for r, s in enumerate(seqs):
+        n = len(s["tokens"])
+        tokens[r, :n] = torch.from_numpy(s["tokens"])
+        feats[r, :n] = from_bf16_bits(s["feats"])
+        ids[r, :n] = torch.from_numpy(s["ids"])
+        logp[r, :n] = torch.from_numpy(s["logp"])
+        p = s["plen"]
+        w[r, : max(p - 1, 0)] = prompt_weight
+        w[r, max(p - 1, 0) : n - 1] = 1.0
+    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w}
+
+
+def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
+    """Full vocabulary id -> column of the head's compact logits (-1 outside them)."""
+    if vocab_ids is None:
+        return None
+    m = torch.full((vocab_size,), -1, dtype=torch.long)
+    m[vocab_ids.cpu()] = torch.arange(vocab_ids.numel())
+    return m
+
+
+def head_loss(
+    logits: torch.Tensor,
+    t_ids: torch.Tensor,
+    t_logp: torch.Tensor,
+    cols: torch.Tensor | None,
+    overlap_weight: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row ``(loss, kl, overlap)`` of compact draft ``logits`` ``[n, V']`` against the
+    target's top-k ``t_ids`` / ``t_logp`` ``[n, K]`` (full-vocabulary ids).
+
+    KL over the target's top-k tokens the head can propose plus one bin for everything else
+    (tokens outside the head's sub-vocabulary join the rest bin on both sides), and the warped
+    overlap ``sum_v min(p_w, q_w)`` (tokens the head cannot propose have q_w = 0). Only the
+    log-normaliser and a top-k touch the whole row (one float copy of it), the rest is ``[n, K]``:
+    on a CPU the row-wide elementwise work, not the matmul, is what a naive loss spends on."""
+    lf = logits.float()
+    lse = torch.logsumexp(lf, dim=-1, keepdim=True)
+    c = t_ids if cols is None else cols[t_ids]
+    present = c >= 0
+    log_q = lf.gather(-1, c.clamp_min(0)) - lse  # [n, K]
+    p = torch.where(present, t_logp.exp(), 0.0)
+    q = torch.where(present, log_q.exp(), 0.0)
+    p_rest = (1.0 - p.sum(-1)).clamp_min(1e-6)
+    q_rest = (1.0 - q.sum(-1)).clamp_min(1e-6)
+    kl = (p * (t_logp - torch.where(present, log_q, 0.0))).sum(-1)
+    kl = kl + p_rest * (p_rest.log() - q_rest.log())
+    overlap = warped_overlap_topk(lf, t_logp, c)
+    return kl + overlap_weight * (1.0 - overlap), kl, overlap
+
+
+def warped_overlap_topk(lf: torch.Tensor, t_logp: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``sum_v min(p_w, q_w)`` under the authors' warping (temperature 1), differentiable in the
+    draft's float logits ``lf`` given its kept set: ``p_w`` from the target's stored top-k
+    log-probabilities ``t_logp``, ``q_w`` renormalised over the draft's own top-k-then-top-p
+    set; ``c``: the compact columns of the target's top-k ids (-1 = not in the head's rows)."""
+    warp = O.AUTHORS_WARP
+    idx, p_w = O.target_sparse(t_logp, warp)  # slots of the target's top-k kept, and p_w
+    pc = c.gather(-1, idx)
+    q_vals = lf.topk(warp.top_k, dim=-1).values  # [n, k] sorted
+    probs = torch.softmax(q_vals.detach(), dim=-1)
+    keep = (probs.cumsum(-1) - probs) < warp.top_p
+    q_logz = torch.logsumexp(q_vals.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
+    thr = q_vals.detach().masked_fill(~keep, float("inf")).min(-1, keepdim=True).values
+    q_at = lf.gather(-1, pc.clamp_min(0))
+    q_w = torch.where((q_at >= thr) & (pc >= 0), (q_at - q_logz).exp(), 0.0)
+    return torch.minimum(p_w, q_w).sum(-1)
+
+
+def lr_at(cfg: HeadTrainConfig, step: int, total: int) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = min(1.0, (step - cfg.warmup_steps) / max(1, total - cfg.warmup_steps))
+    m = cfg.min_lr_frac
+    return cfg.lr * (m + (1 - m) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def step_loss(
+    head: FeatureHead, batch: dict[str, torch.Tensor], cfg: HeadTrainConfig, cols
+) -> tuple[torch.Tensor, dict[str, list[float]]]:
+    """Summed weighted loss of one micro-batch over every depth, and per-depth sums."""
+    w_all = batch["w"]
+    L = w_all.shape[1]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
+        g = head.fused(batch["feats"])
+        outs = head.unrolled(batch["tokens"], g, cfg.depths)
+    total = torch.zeros(())
+    stats: dict[str, list[float]] = {"w": [], "kl": [], "overlap": []}
+    pos = torch.arange(L)
+    for k, a in enumerate(outs, start=1):
+        w = w_all * (pos >= k - 1)
+        sel = w > 0
+        if not bool(sel.any()):
+            stats["w"].append(0.0)
+            stats["kl"].append(0.0)
+            stats["overlap"].append(0.0)
+            continue
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
+            logits = head.logits(a[sel])
+        loss, kl, ov = head_loss(
+            logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight
+        )
+        ws = w[sel]
+        total = total + cfg.depth_weights[k - 1] * (ws * loss).sum()
+        stats["w"].append(float(ws.sum()))
+        stats["kl"].append(float((ws * kl.detach()).sum()))
+        stats["overlap"].append(float((ws * ov.detach()).sum()))
+    return total, stats
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    cursor: int = 0  # steps done in the current epoch
+    positions: int = 0  # weighted token-positions trained on (depth 1)
+    seconds: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def save_checkpoint(folder: Path, head: FeatureHead, opt, state: TrainState) -> None:
+    tmp = folder / "ckpt.pt.tmp"
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}, tmp)
+    os.replace(tmp, folder / "ckpt.pt")
+
+
+def load_checkpoint(folder: Path, head: FeatureHead, opt) -> TrainState | None:
+    path = folder / "ckpt.pt"
+    if not path.is_file():
+        return None
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    head.load_state_dict(ck["head"])
+    opt.load_state_dict(ck["opt"])
+    return TrainState(**ck["state"])
+
+
+def make_optimizer(head: FeatureHead, cfg: HeadTrainConfig) -> torch.optim.Optimizer:
+    decay = [p for n, p in head.named_parameters() if p.requires_grad and p.dim() >= 2]
+    rest = [p for n, p in head.named_parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0}],
+        lr=cfg.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def train(
+    head: FeatureHead,
+    data: ShardData,
+    cfg: HeadTrainConfig,
+    ckpt_dir: str | os.PathLike[str],
+    max_steps: int = 0,
+    on_step: Callable[[TrainState, dict[str, Any]], None] | None = None,
+    on_export: Callable[[TrainState], None] | None = None,
+    export_every_s: float = 0.0,
+    time_budget_s: float = 0.0,
+    log: Callable[[str], None] = print,
+) -> TrainState:
+    """Train ``head`` (in place) on ``data``; resume from ``ckpt_dir`` when it holds a
+    checkpoint. ``max_steps`` / ``time_budget_s`` stop early (a checkpoint is written first);
+    ``on_export`` is called every ``export_every_s`` seconds of training and at the end."""
+    folder = Path(ckpt_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    head.train()
+    opt = make_optimizer(head, cfg)
+    state = load_checkpoint(folder, head, opt) or TrainState()
+    if state.step:
+        log(f"resumed at step {state.step} (epoch {state.epoch}, cursor {state.cursor})")
+    refs = data.refs()
+    per_epoch = len(epoch_steps(refs, cfg, 0))
+    total = max(1, int(round(cfg.epochs * per_epoch)))
+    cols = column_map(head.vocab_ids, head.vocab_size)
+    last_ckpt = last_export = time.monotonic()
+    started = time.monotonic()
+    steps_here = 0
+    while state.step < total:
+        steps = epoch_steps(refs, cfg, state.epoch)
+        while state.cursor < len(steps) and state.step < total:
+            t0 = time.perf_counter()
+            lr = lr_at(cfg, state.step, total)
+            for group in opt.param_groups:
+                group["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            micro = [
+                collate(data, mb, cfg.prompt_weight)
+                for mb in micro_batches(steps[state.cursor], cfg.micro_tokens)
+            ]
+            norm = sum(float(b["w"].sum()) for b in micro)
+            sums: dict[str, np.ndarray] = {}
+            for b in micro:
+                loss, st = step_loss(head, b, cfg, cols)
+                (loss / norm).backward()
+                for key, vals in st.items():
+                    sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)
+            torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+            opt.step()
+            state.step += 1
+            state.cursor += 1
+            state.positions += int(sum(int((b["w"] > 0).sum()) for b in micro))
+            state.seconds += time.perf_counter() - t0
+            w = np.maximum(sums["w"], 1e-9)
+            rec = {
+                "step": state.step,
+                "positions": state.positions,
+                "seconds": state.seconds,
+                "lr": lr,
+                "kl": (sums["kl"] / w).round(4).tolist(),
+                "overlap": (sums["overlap"] / w).round(4).tolist(),
+            }
+            state.history.append(rec)
+            if on_step:
+                on_step(state, rec)
+            steps_here += 1
+            now = time.monotonic()
+            done = state.step >= total
+            stop = (max_steps and steps_here >= max_steps) or (
+                time_budget_s and now - started >= time_budget_s
+            )
+            if now - last_ckpt >= cfg.ckpt_every_s or done or stop:
+                save_checkpoint(folder, head, opt, state)
+                last_ckpt = now
+            if on_export and ((export_every_s and now - last_export >= export_every_s) or done):
+                on_export(state)
+                last_export = time.monotonic()
+            if stop and not done:
+                return state
+        if state.cursor >= len(steps):
+            state.epoch += 1
+            state.cursor = 0
+    head.eval()
+    return state

@@ -1,0 +1,404 @@
+"""A feature-level draft head: one decoder layer over the target's hidden states (EAGLE).
+
+Li et al., "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty" (ICML 2024);
+EAGLE-2 (EMNLP 2024) drafts with the same head; EAGLE-3 (Li et al. 2025) fuses low, middle and
+high target layers and trains the head on its own outputs ("training-time test", as HASS, Zhang
+et al. 2024, does with its harmonised context alignment). This module is the head itself; the
+draft contract around it is :class:`mtad.engine.head_runner.HeadRunner`, training is
+:mod:`mtad.distill.head_train`.
+
+Position ``i`` of the head reads token ``t_i`` and a feature of position ``i - 1``: the target's
+(fused) hidden state ``g_{i-1}`` where the target has computed it, else the head's own output
+``a_{i-1}`` (when drafting past what the target verified). Its output ``a_i`` gives the draft's
+distribution of ``t_{i+1}`` through the target's own final norm convention and frozen logits head
+(restricted to a frequency-ranked sub-vocabulary, FR-Spec, Zhao et al. 2025, where the head folder
+carries one: other tokens get probability zero, so lossless methods stay exact)::
+
+    x_i = fc([embed(t_i); g_{i-1} or a_{i-1}])      a_i = layer(x_i | x_<i)
+    q(t_{i+1}) = softmax(lm_head(norm(a_i)))
+
+Two layouts load into this class (``HeadSpec``): ours (three tapped target layers fused by a
+learned ``fuse`` projection, an input norm, a final norm), and the published EAGLE-1/2 heads
+(the target's final normed hidden state as the feature, no fusion, layer 0 without its input
+norm, no final norm, ``fc`` with a bias), so ``yuhuili/EAGLE-llama2-chat-7B`` & co. load through
+the same code. The decoder layer is transformers' ``LlamaDecoderLayer`` (its parameters, its
+rotary embedding); attention is computed here, so that training can attend across draft depths
+(:meth:`FeatureHead.unrolled`) and inference can keep a transformers ``DynamicCache``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
+
+from mtad.engine.features import FINAL_NORM_TAP
+
+HEAD_CONFIG = "head_config.json"
+
+
+@dataclass
+class HeadSpec:
+    """The layout of a head (saved as ``head_config.json`` beside its weights)."""
+
+    taps: list[int] = field(default_factory=lambda: [2, 15, 28])
+    fuse: bool = True  # a learned projection of the taps (EAGLE-3); False: exactly one tap
+    input_norm: bool = True  # the layer's input RMSNorm (EAGLE-1/2's layer 0 has none)
+    final_norm: bool = True  # an RMSNorm before the logits head (EAGLE-1/2: none)
+    fc_bias: bool = False  # EAGLE-1/2's fc has a bias
+    layout: str = "mtad"  # "mtad" or "eagle" (published EAGLE-1/2 checkpoints)
+
+    def __post_init__(self) -> None:
+        if not self.taps:
+            raise ValueError("head: taps must name at least one target layer")
+        if not self.fuse and len(self.taps) != 1:
+            raise ValueError(f"head: without fuse exactly one tap is read, got {self.taps}")
+        if self.layout not in ("mtad", "eagle"):
+            raise ValueError(f"head: layout must be 'mtad' or 'eagle', got {self.layout!r}")
+
+
+class FeatureHead(nn.Module):
+    """The head's own parameters plus (unregistered, frozen) the target's embeddings and logits
+    head; ``vocab_ids`` restricts the logits to a sub-vocabulary (compact rows)."""
+
+    def __init__(
+        self,
+        target_config: Any,
+        spec: HeadSpec,
+        embed: nn.Module,
+        lm_head_weight: torch.Tensor,
+        vocab_ids: torch.Tensor | None = None,
+    ) -> None:
+        super().__init__()
+        cfg = copy.deepcopy(target_config)
+        cfg.num_hidden_layers = 1
+        self.config = cfg
+        self.spec = spec
+        d = cfg.hidden_size
+        self.fuse = nn.Linear(len(spec.taps) * d, d, bias=False) if spec.fuse else None
+        self.fc = nn.Linear(2 * d, d, bias=spec.fc_bias)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, layer_idx=0)])
+        self.norm = LlamaRMSNorm(d, eps=cfg.rms_norm_eps) if spec.final_norm else None
+        self.rotary_emb = LlamaRotaryEmbedding(cfg)
+        # the target's, shared and frozen: kept out of the state dict (a tuple hides them); an
+        # FR-Spec sub-vocabulary gets its rows copied once, in ascending id order (column j of
+        # the compact logits is token vocab_ids[j], as in mtad.engine.subvocab.SubVocabHead)
+        self.vocab_size = int(lm_head_weight.shape[0])
+        if vocab_ids is not None:
+            vocab_ids = vocab_ids.to(torch.long).sort().values
+            rows = lm_head_weight.detach().index_select(0, vocab_ids.to(lm_head_weight.device))
+        else:
+            rows = lm_head_weight
+        self._frozen = (embed, rows)
+        self.register_buffer("vocab_ids", vocab_ids, persistent=False)
+        attn = self.layers[0].self_attn
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = attn.head_dim
+        self.scaling = attn.scaling
+
+    # --- pieces -------------------------------------------------------------------------------
+    @property
+    def embed(self) -> nn.Module:
+        return self._frozen[0]
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """Rows of the logits head the draft projects onto (all, or the sub-vocabulary)."""
+        return self._frozen[1]
+
+    def _apply(self, fn, recurse=True):  # .to(): move the frozen shared tensors along
+        out = super()._apply(fn, recurse)
+        embed, rows = self._frozen
+        self._frozen = (embed, fn(rows) if rows.is_floating_point() else rows)
+        return out
+
+    def fused(self, tapped: torch.Tensor) -> torch.Tensor:
+        """``[..., taps, d]`` target features -> ``[..., d]``."""
+        if self.fuse is None:
+            return tapped[..., 0, :]
+        return self.fuse(tapped.flatten(-2).to(self.fuse.weight.dtype))
+
+    def layer_input(self, tokens: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
+        e = self.embed(tokens).to(self.fc.weight.dtype)
+        return self.fc(torch.cat([e, feature.to(e.dtype)], dim=-1))
+
+    def logits(self, a: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.norm(a) if self.norm is not None else a
+        w = self.head_weight if weight is None else weight
+        return F.linear(h.to(w.dtype), w)
+
+    def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        layer = self.layers[0]
+        attn = layer.self_attn
+        h = layer.input_layernorm(x) if self.spec.input_norm else x
+        b, n, _ = x.shape
+        q = attn.q_proj(h).view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
+        v = attn.v_proj(h).view(b, n, self.n_kv, self.head_dim).transpose(1, 2)
+        cos, sin = self.rotary_emb(
+            x,
+            positions.expand(b, -1)
+            if positions.dim() == 2
+            else positions.view(1, -1).expand(b, -1),
+        )
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        return q, k, v
+
+    def _finish(self, x: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+        """Residual, output projection and MLP after attention (``attn_out`` ``[b, H, n, hd]``)."""
+        layer = self.layers[0]
+        b, _, n, _ = attn_out.shape
+        o = layer.self_attn.o_proj(attn_out.transpose(1, 2).reshape(b, n, -1))
+        x = x + o
+        return x + layer.mlp(layer.post_attention_layernorm(x))
+
+    def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
+        g = self.n_heads // self.n_kv
+        return t if g == 1 else t.repeat_interleave(g, dim=1)
+
+    # --- inference: one chain of positions after a cache ---------------------------------------
+    def step(self, x: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        """The layer over ``x`` ``[rows, n, d]`` at absolute ``positions`` ``[n]``, attending to
+        the ``cache`` (a transformers ``DynamicCache``, appended to) and causally within ``x``."""
+        q, k, v = self._qkv(x, positions)
+        k_all, v_all = cache.update(k, v, 0)
+        n, total = x.shape[1], k_all.shape[-2]
+        mask = None
+        if n > 1:
+            past = total - n
+            mask = torch.ones(n, total, dtype=torch.bool, device=x.device).tril(past)
+        out = F.scaled_dot_product_attention(
+            q, self._repeat_kv(k_all), self._repeat_kv(v_all), attn_mask=mask, scale=self.scaling
+        )
+        return self._finish(x, out)
+
+    # --- training: every position at every draft depth, in parallel ------------------------------
+    def unrolled(
+        self, tokens: torch.Tensor, feats: torch.Tensor, depths: int
+    ) -> list[torch.Tensor]:
+        """Outputs ``a`` of every position at draft depths ``1..depths`` (training-time test).
+
+        ``tokens`` ``[b, L]``, ``feats`` ``[b, L, d]`` the fused target feature of each position.
+        Depth 1 reads true features (``g_{i-1}``); depth ``k`` at position ``i`` is what the head
+        computes when the target has verified up to position ``i - k + 1``: its input reads the
+        head's own depth-``k-1`` output at ``i - 1``, and it attends to the depth-1 entries of
+        positions ``<= i - k + 1`` plus the entries its own chain wrote at positions
+        ``i - k + 2 .. i`` (depth ``m`` at position ``i - k + m``), exactly the cache the draft
+        holds at that point (:meth:`step`). Outputs at positions ``i < k - 1`` are meaningless
+        (no chain starts before position 0); callers weight them zero.
+        """
+        b, L = tokens.shape
+        pos = torch.arange(L, device=tokens.device)
+        zero = feats.new_zeros(b, 1, feats.shape[-1])
+        prev = torch.cat([zero, feats[:, :-1]], dim=1)
+        causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
+        keys, values, outs = [], [], []
+        for k in range(1, depths + 1):
+            x = self.layer_input(tokens, prev)
+            q, kk, vv = self._qkv(x, pos)
+            keys.append(self._repeat_kv(kk))
+            values.append(self._repeat_kv(vv))
+            # scores against depth-1 keys of positions j <= i - (k - 1)
+            s1 = torch.matmul(q, keys[0].transpose(-1, -2)) * self.scaling  # [b, H, L, L]
+            allow = causal if k == 1 else torch.ones_like(causal).tril(-(k - 1))
+            s1 = s1.masked_fill(~allow, torch.finfo(s1.dtype).min)
+            diag_s, diag_v = [], []
+            for m in range(2, k + 1):  # the chain's own entries: depth m at position i - (k - m)
+                shift = k - m
+                km, vm = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
+                diag_s.append((q * km).sum(-1, keepdim=True) * self.scaling)  # [b, H, L, 1]
+                diag_v.append(vm)
+            if diag_s:
+                valid = pos[None, None, :, None] >= (k - 1)
+                ds = torch.cat(diag_s, dim=-1).masked_fill(~valid, torch.finfo(s1.dtype).min)
+                p = torch.softmax(torch.cat([s1, ds], dim=-1).float(), dim=-1).to(q.dtype)
+                out = torch.matmul(p[..., :L], values[0])
+                for j, vm in enumerate(diag_v):
+                    out = out + p[..., L + j : L + j + 1] * vm
+            else:
+                p = torch.softmax(s1.float(), dim=-1).to(q.dtype)
+                out = torch.matmul(p, values[0])
+            a = self._finish(x, out)
+            outs.append(a)
+            prev = torch.cat([zero.to(a.dtype), a[:, :-1]], dim=1)
+        return outs
+
+    # --- a new head ------------------------------------------------------------------------------
+    @classmethod
+    def from_target(
+        cls,
+        target: nn.Module,
+        spec: HeadSpec,
+        vocab_ids: torch.Tensor | None = None,
+        seed: int = 0,
+    ) -> FeatureHead:
+        """A head initialised as the target's last layer over its last tap: ``fuse`` selects
+        the last tapped layer (the input of the target's last layer, for the default taps),
+        ``fc`` passes that feature through (the token embedding enters with small random
+        weights), the layer and final norm are copies of the target's. The head starts in the
+        target's own feature space and learns to look one token ahead."""
+        from mtad.engine.features import decoder_layers, final_norm
+
+        head = cls(
+            target.config,
+            spec,
+            target.get_input_embeddings(),
+            target.get_output_embeddings().weight,
+            vocab_ids,
+        )
+        head = head.to(torch.float32)
+        d = target.config.hidden_size
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            if head.fuse is not None:
+                head.fuse.weight.zero_()
+                head.fuse.weight[:, -d:] = torch.eye(d)
+            head.fc.weight.zero_()
+            head.fc.weight[:, :d] = torch.randn(d, d, generator=gen) * (0.02 / d**0.5)
+            head.fc.weight[:, d:] = torch.eye(d)
+            if head.fc.bias is not None:
+                head.fc.bias.zero_()
+            head.layers[0].load_state_dict(decoder_layers(target)[-1].state_dict())
+            if head.norm is not None:
+                head.norm.load_state_dict(final_norm(target).state_dict())
+        return head
+
+    # --- saving and loading ---------------------------------------------------------------------
+    def save(self, folder: str | Path, extra: dict[str, Any] | None = None) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / "model.safetensors"))
+        cfg = {"head": asdict(self.spec), "layer": _layer_config(self.config)}
+        cfg.update(extra or {})
+        (folder / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _shift_right(t: torch.Tensor, shift: int) -> torch.Tensor:
+    """``t`` ``[b, H, L, hd]`` moved ``shift`` positions later along L (zeros in front)."""
+    if shift == 0:
+        return t
+    pad = t.new_zeros(*t.shape[:2], shift, t.shape[-1])
+    return torch.cat([pad, t[:, :, :-shift]], dim=2)
+
+
+LAYER_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "rope_parameters",
+    "max_position_embeddings",
+    "vocab_size",
+)
+
+
+def _layer_config(cfg: Any) -> dict[str, Any]:
+    d = cfg.to_dict()
+    return {k: d[k] for k in LAYER_KEYS if k in d}
+
+
+def is_head_folder(folder: str | Path) -> bool:
+    """A folder holding a head: ours (``head_config.json``) or an EAGLE-1/2 checkpoint (a
+    ``config.json`` of one layer with ``pytorch_model.bin`` / ``model.safetensors`` holding
+    ``fc.weight``)."""
+    folder = Path(folder)
+    if (folder / HEAD_CONFIG).is_file():
+        return True
+    return _eagle_state_file(folder) is not None
+
+
+def _eagle_state_file(folder: Path) -> Path | None:
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        return None
+    try:
+        if json.loads(cfg.read_text()).get("num_hidden_layers") != 1:
+            return None
+    except ValueError:
+        return None
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def load_head(
+    folder: str | Path,
+    target: nn.Module,
+    vocab_ids: list[int] | None = None,
+) -> FeatureHead:
+    """A head for ``target`` (a loaded causal LM) from ``folder``, in the target's dtype and on
+    its device; our layout or an EAGLE-1/2 checkpoint (keys ``fc.*``, ``layers.0.*``; an
+    ``embed_tokens.weight`` there is ignored: the target's embeddings are used)."""
+    folder = Path(folder)
+    tcfg = target.config
+    if (folder / HEAD_CONFIG).is_file():
+        saved = json.loads((folder / HEAD_CONFIG).read_text())
+        spec = HeadSpec(**saved["head"])
+        _check_layer(saved.get("layer", {}), tcfg, folder)
+        state = _read_state(folder / "model.safetensors")
+    else:
+        path = _eagle_state_file(folder)
+        if path is None:
+            raise FileNotFoundError(f"{folder}: no {HEAD_CONFIG} and no EAGLE checkpoint")
+        raw = _read_state(path)
+        spec = HeadSpec(
+            taps=[FINAL_NORM_TAP],
+            fuse=False,
+            input_norm=False,
+            final_norm=False,
+            fc_bias="fc.bias" in raw,
+            layout="eagle",
+        )
+        _check_layer(json.loads((folder / "config.json").read_text()), tcfg, folder)
+        state = {k: v for k, v in raw.items() if k.startswith(("fc.", "layers.0."))}
+    emb, weight = target.get_input_embeddings(), target.get_output_embeddings().weight
+    ids = None
+    if vocab_ids is not None:
+        ids = torch.tensor(vocab_ids, dtype=torch.long, device=weight.device)
+    head = FeatureHead(tcfg, spec, emb, weight, ids)
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary_emb")]
+    if spec.layout == "eagle":  # EAGLE-1/2 layer 0 has no input norm: its weight is unused
+        missing = [k for k in missing if "input_layernorm" not in k]
+    if missing or unexpected:
+        raise ValueError(
+            f"{folder}: head weights do not match: missing {missing}, unexpected {unexpected}"
+        )
+    return head.to(device=weight.device, dtype=weight.dtype).eval().requires_grad_(False)
+
+
+def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _check_layer(saved: dict[str, Any], tcfg: Any, folder: Path) -> None:
+    for key in ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size"):
+        want, got = getattr(tcfg, key, None), saved.get(key)
+        if got is not None and want is not None and int(got) != int(want):
+            raise ValueError(f"{folder}: head {key} {got} does not match the target's {want}")

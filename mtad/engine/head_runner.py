@@ -1,0 +1,163 @@
+"""The draft contract for a feature-level head: :class:`HeadRunner`.
+
+A :class:`~mtad.engine.feature_head.FeatureHead` drafts from the target's hidden states, so its
+runner reads them from the target's :class:`~mtad.engine.runner.FeatureStore` (filled by every
+target forward) and otherwise behaves as the independent draft's
+:class:`~mtad.engine.runner.ModelRunner` does: methods *feed* it the committed sequence, run
+drafted tokens *forward*, *crop* on rollback and *select* / *repeat* rows for beams and trees,
+through one transformers ``DynamicCache`` of one layer.
+
+What differs is kept here:
+
+* the head's cache entries are of two kinds: read from the target's true features (positions the
+  target has verified) or from the head's own outputs (drafted positions). :meth:`crop` keeps only
+  the first kind, so after a verification the accepted tokens are fed again with their true
+  target features, as EAGLE does;
+* every row carries its own feature chain (``last``: the head's output at its last position), so
+  MTAD's beams and SpecInfer's tree nodes each continue from their own state.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+from mtad.engine.feature_head import FeatureHead
+from mtad.engine.runner import ModelRunner, warp_rows
+from mtad.engine.warping import Candidates, WarpConfig
+
+
+class HeadRunner:
+    """A :class:`FeatureHead` and its cache, reading features from ``target``'s store."""
+
+    head = "feature"
+
+    def __init__(self, model: FeatureHead, target: ModelRunner, role: str = "draft") -> None:
+        if target.features is None:
+            raise ValueError(f"{role}: the target runner records no features (feature_taps)")
+        self.model = model.eval()
+        self.target = target
+        self.role = role
+        self.device = target.device
+        self.vocab_size = model.vocab_size
+        self.vocab_ids: torch.Tensor | None = model.vocab_ids
+        self.context_limit = target.context_limit
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache()
+        self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
+        self.true_len = 0  # leading cache positions computed from the target's true features
+        self.last: torch.Tensor | None = None  # [rows, d]: output at each row's last position
+        self.forwards = 0
+
+    @property
+    def cache_len(self) -> int:
+        return self.cached_ids.shape[1]
+
+    @property
+    def rows(self) -> int:
+        return self.cached_ids.shape[0]
+
+    # --- running the head -------------------------------------------------------------------
+    def _run(self, tokens: torch.Tensor, feature: torch.Tensor) -> torch.Tensor:
+        """The layer over ``tokens`` ``[rows, n]`` with their input features ``[rows, n, d]``
+        after the cache; returns the outputs ``[rows, n, d]``."""
+        start = self.cache_len
+        positions = torch.arange(start, start + tokens.shape[1], device=self.device)
+        a = self.model.step(self.model.layer_input(tokens, feature), positions, self.cache)
+        self.cached_ids = torch.cat([self.cached_ids, tokens], dim=1)
+        self.last = a[:, -1]
+        return a
+
+    def _own(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Drafted positions, one at a time, each reading the previous output of its row."""
+        outs = []
+        for j in range(tokens.shape[1]):
+            assert self.last is not None, "a drafted position needs a fed one before it"
+            outs.append(self._run(tokens[:, j : j + 1], self.last[:, None]))
+        return torch.cat(outs, dim=1)
+
+    @torch.inference_mode()
+    def feed(
+        self, ids: torch.Tensor, extra: torch.Tensor | None = None, compact: bool = False
+    ) -> torch.Tensor:
+        """Feed the committed ``ids`` the cache lacks (with the target's true features where it
+        has them), then ``extra`` drafted tokens; logits ``[rows, 1 + len(extra), V']`` of the
+        last committed position and of every ``extra`` one (compact rows for a sub-vocabulary
+        head when ``compact``)."""
+        start, n = self.cache_len, ids.numel()
+        if start >= n:
+            raise RuntimeError(f"{self.role}: nothing to feed (cache already holds all ids)")
+        pending = ids[start:].unsqueeze(0).expand(self.rows, -1)
+        # position j reads the target's feature of j - 1: known below the store's valid length
+        n_true = max(0, min(n, self.target.features.valid + 1) - start)
+        outs = []
+        if n_true and start == self.true_len:
+            feats = self.model.fused(self.target.features.before(start, start + n_true))
+            outs.append(self._run(pending[:, :n_true], feats.expand(self.rows, -1, -1)))
+            self.true_len = start + n_true
+        else:
+            n_true = 0
+        if n_true < pending.shape[1]:
+            outs.append(self._own(pending[:, n_true:]))
+        a = torch.cat(outs, dim=1)[:, -1:]
+        if extra is not None and extra.numel():
+            a = torch.cat([a, self._own(extra.unsqueeze(0).expand(self.rows, -1))], dim=1)
+        self.forwards += 1
+        return self._logits(a, compact)
+
+    @torch.inference_mode()
+    def forward(
+        self, input_ids: torch.Tensor, keep: int = 0, compact: bool = False
+    ) -> torch.Tensor:
+        """Drafted tokens ``[rows, n]`` after the cache, each reading its row's own previous
+        output; logits ``[rows, keep or n, V']``."""
+        a = self._own(input_ids)
+        if keep:
+            a = a[:, -keep:]
+        self.forwards += 1
+        return self._logits(a, compact)
+
+    def _logits(self, a: torch.Tensor, compact: bool) -> torch.Tensor:
+        logits = self.model.logits(a)
+        if compact or self.vocab_ids is None:
+            return logits
+        out = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        return out.index_copy_(-1, self.vocab_ids, logits)
+
+    # --- the rest of the draft contract --------------------------------------------------------
+    def candidates(self, logits: torch.Tensor, warp: WarpConfig) -> Candidates:
+        return warp_rows(logits, warp, self.vocab_ids, self.vocab_size)
+
+    def vocab_token(self, index: torch.Tensor) -> torch.Tensor:
+        return index if self.vocab_ids is None else self.vocab_ids[index]
+
+    def crop(self, length: int) -> None:
+        """Roll back to at most ``length`` positions, and never past the last one computed from
+        true target features: drafted positions are fed again, with the target's features."""
+        keep = min(length, self.true_len)
+        remove = self.cache_len - keep
+        if remove > 0:
+            self.cache.crop(-remove)
+            self.cached_ids = self.cached_ids[:, :keep]
+            self.last = None  # the next feed recomputes at least one position
+        self.true_len = min(self.true_len, keep)
+
+    @torch.inference_mode()
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.cache.reorder_cache(rows)
+        self.cached_ids = self.cached_ids.index_select(0, rows)
+        if self.last is not None:
+            self.last = self.last.index_select(0, rows)
+
+    @torch.inference_mode()
+    def repeat_rows(self, n: int) -> None:
+        if n == 1:
+            return
+        if self.rows != 1:
+            raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
+        self.cache.batch_repeat_interleave(n)
+        self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+        if self.last is not None:
+            self.last = self.last.repeat_interleave(n, dim=0)

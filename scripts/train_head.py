@@ -1,0 +1,314 @@
+"""Train a feature-level draft head (EAGLE-style) for a pair: data, teacher pass, training, report.
+
+    python scripts/train_head.py corpus   --out assets/drafts/smollm2-head/corpus.npz
+    python scripts/train_head.py features --data assets/drafts/smollm2-draft/data.npz \
+        --out .dev/head/features/onpolicy [--part 0/2]
+    python scripts/train_head.py train    ... (see --help)
+
+Each stage is resumable: the teacher pass writes complete shards atomically, training saves a
+checkpoint every few minutes and resumes from it to the same weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def load_ids(path: str) -> tuple[list[list[int]], list[int], list[str]]:
+    z = np.load(path)
+    toks, lens = z["tokens"].astype(np.int64), z["lens"]
+    seqs, off = [], 0
+    for n in lens:
+        seqs.append(toks[off : off + n].tolist())
+        off += n
+    return seqs, [int(p) for p in z["plens"]], [str(k) for k in z["kinds"]]
+
+
+def cmd_features(args: argparse.Namespace) -> None:
+    from mtad.distill.features import teacher_pass
+    from mtad.engine.smollm2 import load_smollm2_target
+
+    torch.set_num_threads(args.threads)
+    target, _ = load_smollm2_target(args.dtype)
+    seqs, plens, _ = load_ids(args.data)
+    i, n = (int(x) for x in args.part.split("/"))
+    teacher_pass(target, seqs, plens, args.out, part=(i, n), shard_tokens=args.shard_tokens)
+
+
+def save_ids(path: str, seqs, plens, kinds, **extra) -> None:
+    """Sequences as uint16 ids in the data.npz layout, written atomically."""
+    import os
+
+    lens = np.array([len(x) for x in seqs], dtype=np.int32)
+    toks = np.fromiter((t for x in seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = path + ".tmp.npz"
+    np.savez_compressed(
+        tmp,
+        tokens=toks,
+        lens=lens,
+        plens=np.array(plens, dtype=np.int32),
+        kinds=np.array(kinds),
+        **extra,
+    )
+    os.replace(tmp, path)
+
+
+def cmd_corpus(args: argparse.Namespace) -> None:
+    from collections import Counter
+
+    from mtad.distill.corpus import build_corpus
+    from mtad.distill.evalsets import evaluation_texts
+    from mtad.engine.smollm2 import load_smollm2_target
+
+    _, tok = load_smollm2_target("float32")
+    seqs, plens, kinds, dropped = build_corpus(
+        tok, evaluation_texts(), args.max_tokens, seed=args.seed
+    )
+    save_ids(args.out, seqs, plens, kinds, gen_tokens=0, gen_tokens_greedy=0)
+    resp = Counter()
+    for s, p, k in zip(seqs, plens, kinds, strict=True):
+        resp[k] += len(s) - p
+    print(
+        f"{len(seqs)} sequences, {sum(map(len, seqs))} positions, response tokens {dict(resp)}; "
+        f"dropped for overlap with evaluation prompts: {dropped}"
+    )
+
+
+def cmd_evalset(args: argparse.Namespace) -> None:
+    """Held-out responses of the evaluation kinds, generated once by the target (warped
+    sampling as the authors warp), so every draft is measured on the same responses."""
+    from types import SimpleNamespace
+
+    from mtad.distill.evaluate import build_eval_sets
+    from mtad.engine.smollm2 import load_smollm2_target
+
+    torch.set_num_threads(args.threads)
+    target, tok = load_smollm2_target(args.dtype)
+    ns = SimpleNamespace(
+        eval_n_humaneval=args.n_humaneval,
+        eval_n_mtbench=args.n_mtbench,
+        eval_n_default=10_000,
+        default_prompts=None,
+        max_prompt_tokens=args.max_prompt_tokens,
+        seed=args.seed,
+        eval_batch_size=args.batch_size,
+        eval_max_new=args.max_new,
+        device="cpu",
+        eval_mtbench_turn2=True,
+        max_seq_tokens=args.max_prompt_tokens + 2 * args.max_new,
+    )
+    sets = build_eval_sets(ns, target, tok, [])
+    seqs, plens, kinds = [], [], []
+    for es in sets:
+        seqs += es.seqs
+        plens += es.plens
+        kinds += [es.kind] * len(es.seqs)
+    save_ids(
+        args.out,
+        seqs,
+        plens,
+        kinds,
+        seed=args.seed,
+        max_new=args.max_new,
+        target_dtype=args.dtype,
+        warp="temperature 1, top-k 10, top-p 0.9",
+    )
+    for es in sets:
+        n = sum(len(s) - p for s, p in zip(es.seqs, es.plens, strict=True))
+        print(f"{es.kind}: {len(es.seqs)} prompts, {n} response tokens")
+
+
+def response_tokens(data: str) -> list[np.ndarray]:
+    z = np.load(data)
+    toks, lens, plens = z["tokens"], z["lens"], z["plens"]
+    out, off = [], 0
+    for n, p in zip(lens, plens, strict=True):
+        out.append(toks[off + p : off + n].astype(np.int64))
+        off += n
+    return out
+
+
+def feature_folders(roots: list[str]) -> list[Path]:
+    return [
+        p
+        for r in roots
+        for p in sorted(Path(r).glob("shard*"))
+        if p.is_dir() and not p.name.endswith(".tmp")
+    ]
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    import json
+    import time
+
+    from mtad.distill.head_eval import depth_acceptance
+    from mtad.distill.head_train import HeadTrainConfig, ShardData, train
+    from mtad.engine.feature_head import FeatureHead, HeadSpec
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import VOCAB_FILE, frequency_ranked_ids
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    target, tok = load_smollm2_target("bfloat16")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab_path = out / VOCAB_FILE
+    if vocab_path.is_file():
+        vocab = json.loads(vocab_path.read_text())["ids"]
+    elif args.vocab_size:
+        toks = [t for d in args.vocab_from for t in response_tokens(d)]
+        vocab = frequency_ranked_ids(
+            toks,
+            target.config.vocab_size,
+            args.vocab_size,
+            always=[tok.eos_token_id, tok.bos_token_id],
+        )
+        vocab_path.write_text(
+            json.dumps(
+                {
+                    "ids": vocab,
+                    "k": args.vocab_size,
+                    "source": "response tokens of " + ", ".join(args.vocab_from),
+                }
+            )
+            + "\n"
+        )
+    else:
+        vocab = None
+    spec = HeadSpec(taps=[int(t) for t in args.taps.split(",")])
+    ids = torch.tensor(sorted(vocab)) if vocab else None
+    head = FeatureHead.from_target(target, spec, ids, seed=args.seed)
+    repeats = dict(r.split("=") for r in args.repeat) if args.repeat else {}
+    cfg = HeadTrainConfig(
+        depths=args.depths,
+        epochs=args.epochs,
+        lr=args.lr,
+        tokens_per_step=args.tokens_per_step,
+        micro_tokens=args.micro_tokens,
+        prompt_weight=args.prompt_weight,
+        overlap_weight=args.overlap_weight,
+        seed=args.seed,
+        source_repeats={k: int(v) for k, v in repeats.items()},
+        ckpt_every_s=args.ckpt_every_s,
+        warmup_steps=args.warmup_steps,
+    )
+    data = ShardData(feature_folders(args.features), cfg.source_repeats)
+    eval_data = ShardData(feature_folders([args.eval_features])) if args.eval_features else None
+    eval_kinds = [str(k) for k in np.load(args.eval_data)["kinds"]] if args.eval_data else []
+    curve = out / "curve.jsonl"
+    log_f = open(out / "train.log", "a")  # noqa: SIM115 (open for the whole run)
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, flush=True)
+        log_f.write(line + "\n")
+        log_f.flush()
+
+    def on_step(state, rec) -> None:
+        if state.step % 10 == 0 or state.step < 5:
+            log(
+                f"step {state.step} pos {state.positions} {state.seconds:.0f}s lr {rec['lr']:.2e} "
+                f"kl {rec['kl']} overlap {rec['overlap']}"
+            )
+
+    def on_export(state) -> None:
+        head.save(out, extra={"trained_positions": state.positions, "step": state.step})
+        row = {"step": state.step, "positions": state.positions, "seconds": state.seconds}
+        if eval_data is not None:
+            row["heldout"] = depth_acceptance(head, eval_data, eval_kinds, args.depths)
+            log(
+                "held-out "
+                + json.dumps(
+                    {
+                        k: [round(v[f"d{d + 1}"], 3) for d in range(args.depths)]
+                        for k, v in row["heldout"].items()
+                    }
+                )
+            )
+        with open(curve, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    log(
+        f"training on {sum(len(s.lens) for s in data.shards)} sequences, "
+        f"{sum(int(s.lens.sum()) for s in data.shards)} positions; config {cfg}"
+    )
+    train(
+        head,
+        data,
+        cfg,
+        args.ckpt_dir,
+        max_steps=args.max_steps,
+        on_step=on_step,
+        on_export=on_export,
+        export_every_s=args.export_every_s,
+        time_budget_s=args.time_budget,
+        log=log,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("features", help="teacher-forced pass: target features + top-k")
+    f.add_argument("--data", required=True, help="ids in the data.npz layout")
+    f.add_argument("--out", required=True)
+    f.add_argument("--part", default="0/1", help="i/n: this process writes shards j %% n == i")
+    f.add_argument("--threads", type=int, default=1)
+    f.add_argument("--dtype", default="bfloat16")
+    f.add_argument("--shard-tokens", type=int, default=65_536)
+    f.set_defaults(run=cmd_features)
+    c = sub.add_parser("corpus", help="chat-formatted text from this disk, as uint16 ids")
+    c.add_argument("--out", required=True)
+    c.add_argument("--max-tokens", type=int, default=4_000_000)
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(run=cmd_corpus)
+    e = sub.add_parser("evalset", help="held-out responses of the evaluation kinds")
+    e.add_argument("--out", required=True)
+    e.add_argument("--n-humaneval", type=int, default=164)
+    e.add_argument("--n-mtbench", type=int, default=80)
+    e.add_argument("--max-prompt-tokens", type=int, default=512)
+    e.add_argument("--max-new", type=int, default=96)
+    e.add_argument("--batch-size", type=int, default=64)
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--dtype", default="bfloat16")
+    e.add_argument("--seed", type=int, default=20261202)
+    e.set_defaults(run=cmd_evalset)
+    t = sub.add_parser("train", help="train the head on stored features (resumable)")
+    t.add_argument("--features", nargs="+", required=True, help="feature folders (shards)")
+    t.add_argument("--repeat", nargs="*", default=[], help="FOLDER=N: passes per epoch")
+    t.add_argument("--eval-features", default=None)
+    t.add_argument("--eval-data", default=None, help="the held-out ids (kinds)")
+    t.add_argument("--out", required=True)
+    t.add_argument("--ckpt-dir", required=True)
+    t.add_argument("--taps", default="2,15,28")
+    t.add_argument("--vocab-size", type=int, default=16384)
+    t.add_argument("--vocab-from", nargs="*", default=[])
+    t.add_argument("--depths", type=int, default=4)
+    t.add_argument("--epochs", type=float, default=2.0)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--warmup-steps", type=int, default=20)
+    t.add_argument("--tokens-per-step", type=int, default=8192)
+    t.add_argument("--micro-tokens", type=int, default=2048)
+    t.add_argument("--prompt-weight", type=float, default=0.1)
+    t.add_argument("--overlap-weight", type=float, default=1.0)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1)
+    t.add_argument("--ckpt-every-s", type=float, default=300.0)
+    t.add_argument("--export-every-s", type=float, default=1800.0)
+    t.add_argument("--time-budget", type=float, default=0.0)
+    t.add_argument("--max-steps", type=int, default=0)
+    t.set_defaults(run=cmd_train)
+    args = ap.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
