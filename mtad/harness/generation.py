@@ -34,9 +34,14 @@ def load_models(prep: Prepared) -> LoadedPair:
     """Target, and the draft only when the method uses one."""
     draft = prep.spec.draft if prep.method.uses_draft else None
     rt = prep.spec.cfg.runtime
-    print("dtype: " + "; ".join(
-        f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
-        for role, model in (("target", prep.spec.target), ("draft", draft)) if model is not None))
+    print(
+        "dtype: "
+        + "; ".join(
+            f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
+            for role, model in (("target", prep.spec.target), ("draft", draft))
+            if model is not None
+        )
+    )
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
     return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
 
