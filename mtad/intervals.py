@@ -33,7 +33,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats
+
+# scipy.stats is imported where an interval is computed: every run imports this module (its
+# summary line), most never compute an interval, and a GPU check machine has no scipy to spare
+# room for (scripts/gpu_bundle.sh)
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 9999
@@ -155,6 +158,8 @@ def paired_bootstrap(
     nan = Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
     if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
         return nan
+    from scipy import stats
+
     samples = [row for a in arrays for row in a]
     lo, hi = math.nan, math.nan
     for method in ("BCa", "percentile"):
@@ -186,6 +191,8 @@ def seed_interval(per_seed: list[float], n_prompts: int = 0) -> Interval:
     mean = float(xs.mean())
     if xs.size < 2:
         return Interval(mean, math.nan, math.nan, n_prompts, 1, SEED_METHOD)
+    from scipy import stats
+
     sem = float(xs.std(ddof=1)) / math.sqrt(xs.size)
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df=xs.size - 1)) * sem
     return Interval(mean, mean - half, mean + half, n_prompts, int(xs.size), SEED_METHOD)

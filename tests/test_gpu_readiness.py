@@ -7,6 +7,12 @@ without NVML records ``gpu_mode: none`` with a warning; prompt + budget past a m
 refused; a GPU preset on a host without a GPU is refused in one line within seconds; the beam
 draft's in-place cache reorder decodes the same tokens as transformers' copying reorder and
 writes fewer bytes. The CUDA side of all this is ``scripts/gpu_check.sh``.
+
+Issue 29 (a review of the CUDA path against a real GPU machine's image), with fakes of what a GPU
+has: cuBLAS workspaces freed between jobs, the check keeping a carried PYTHONPATH and limiting
+run.py, energy asked only where NVML's counter can tick, the time split waiting for every GPU
+of both models, codecarbon given NVML indices matched by UUID, the FR-Spec head's ids beside a
+dispatched head.
 """
 
 from __future__ import annotations
@@ -366,3 +372,188 @@ def test_gpu_check_runs_here_and_skips_what_needs_cuda() -> None:
     assert "PASS tree mask == sequential" in verdicts
     passed, failed = (int(x.split()[0]) for x in lines[-1].split(" (")[0].split(", "))
     assert failed == 0 and passed == sum(v.startswith("PASS") for v in verdicts)
+
+
+# --------------------------------------------------------------------------------------------
+# issue 29: what a review of the CUDA path found, exercised here with fakes of what a GPU has
+
+
+def _gpu_check():  # noqa: ANN202
+    """scripts/gpu_check.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_release_memory_frees_cublas_workspaces_on_every_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """cuBLAS keeps a 32 MiB workspace per handle (Hopper) allocated through the caching
+    allocator, which ``empty_cache`` cannot give back while it is held: the job's memory
+    release clears the workspaces first, then empties the cache, after waiting for every GPU."""
+    from mtad.harness import generation
+
+    workspace = 32 * 2**20
+    allocated = {0: workspace, 1: workspace}  # what memory_allocated(i) would say
+    events: list[str] = []
+
+    def clear_workspaces() -> None:
+        events.append("clear")
+        allocated.update({i: 0 for i in allocated})
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda i=None: events.append(f"sync {i}"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty"))
+    monkeypatch.setattr(torch._C, "_cuda_clearCublasWorkspaces", clear_workspaces, raising=False)
+    generation.release_memory()
+    assert allocated == {0: 0, 1: 0}, "the cuBLAS workspaces outlived the job"
+    assert events == ["sync 0", "sync 1", "clear", "empty"]
+
+
+def test_gpu_check_keeps_the_callers_pythonpath_and_limits_run_py(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packages carried to a device machine on PYTHONPATH stay visible to run.py (the check
+    used to overwrite it); run.py runs under a time limit; run.py dying before it writes a
+    result is reported with its stderr, not as a FileNotFoundError."""
+    gc_mod = _gpu_check()
+    carried = tmp_path / "site"
+    carried.mkdir()
+    (carried / "carried_probe.py").write_text("VALUE = 29\n")
+    monkeypatch.setenv("PYTHONPATH", str(carried))
+    calls: list[dict] = []
+
+    def died(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess:
+        calls.append(kwargs)
+        return subprocess.CompletedProcess(cmd, 1, "", "ModuleNotFoundError: No module named 'x'")
+
+    with monkeypatch.context() as m:
+        m.setattr(gc_mod.subprocess, "run", died)
+        with pytest.raises(AssertionError, match=r"wrote no result folder.*No module named 'x'"):
+            gc_mod.check_harness("cpu")
+    path = calls[0]["env"]["PYTHONPATH"].split(os.pathsep)
+    assert path == [str(REPO), str(REPO / "tests"), str(carried)]
+    assert calls[0]["timeout"] == gc_mod.HARNESS_TIMEOUT_S
+
+    probe = [sys.executable, "-c", "import carried_probe; print(carried_probe.VALUE)"]
+    done = gc_mod.run_sweep(probe)
+    assert done.returncode == 0 and done.stdout.strip() == "29", done.stderr
+    start = time.perf_counter()
+    with pytest.raises(AssertionError, match=r"run.py still running after 1 s"):
+        gc_mod.run_sweep([sys.executable, "-c", "import time; time.sleep(60)"], timeout_s=1)
+    assert time.perf_counter() - start < 30
+
+
+def _records(duration_s: float, gpu_kwh: float, before: int, uuid: str) -> dict:
+    energy = {"gpu_mode": "nvml", "gpu_uuids": [uuid], "gpu_kwh": gpu_kwh, "duration_s": duration_s}
+    return {
+        "method": "sps",
+        "gpu_model": "NVIDIA H200",
+        "energy": energy,
+        "placement": {"gpu_memory_before_load_bytes": {"cuda:0": before}},
+    }
+
+
+def test_gpu_check_asks_energy_only_where_the_counter_can_tick_and_memory_exactly_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gc_mod = _gpu_check()
+    uuid = "GPU-0000aaaa-0000-0000-0000-000000000002"
+    monkeypatch.setattr(gc_mod, "nvml_tick_s", lambda device: 0.1)
+    monkeypatch.setattr(gc_mod, "cuda_uuid", lambda index: uuid)
+    ok = [_records(0.15, 0.0, 0, uuid), _records(0.5, 1e-8, 0, uuid)]  # 0 J over < 2 ticks
+    assert "in the 1 of 2 jobs" in gc_mod.check_gpu_records("cuda", ok)
+    with pytest.raises(AssertionError, match="gpu_kwh 0 over 0.50 s"):
+        gc_mod.check_gpu_records("cuda", [_records(0.5, 0.0, 0, uuid)])
+    # exact: one cuBLAS workspace, or even the tiny target's 0.7 MiB, left by the previous job
+    with pytest.raises(AssertionError, match="not back to 0"):
+        gc_mod.check_gpu_records("cuda", [_records(0.5, 1e-8, 4096, uuid)])
+    with pytest.raises(AssertionError, match=f"metered .'GPU-another-jobs-gpu'., not {uuid}"):
+        gc_mod.check_gpu_records("cuda", [_records(0.5, 1e-8, 0, "GPU-another-jobs-gpu")])
+
+
+def test_timing_waits_for_every_gpu_either_model_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``torch.cuda.synchronize()`` names torch's current device only: with the target spread
+    over cuda:0 and cuda:1 and the draft on cuda:2, the draft/verify split must wait for all
+    three (here the models run on the CPU and only their recorded placement says GPU)."""
+    from mtad.engine.tiny import build_tiny_pair
+
+    target, draft = build_tiny_pair("llama", vocab_size=320, seed=0)
+    runners = ModelRunner(target, "target"), ModelRunner(draft, "draft")
+    target.hf_device_map = {"model.embed_tokens": 0, "model.layers": 1, "lm_head": 1}
+    draft.hf_device_map = {"": 2}
+    synced: list[torch.device] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    out = Decoder(build_method("sps", gamma=3), *runners).generate([5, 17, 3], 6)
+    gpus = [torch.device(f"cuda:{i}") for i in range(3)]
+    phases = 2 * out.stats.iterations + 1  # draft + verify per step, then the loop's end
+    assert synced == gpus * phases
+
+
+def test_energy_meters_the_jobs_gpus_by_uuid_not_by_cuda_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under SLURM's ``CUDA_VISIBLE_DEVICES=2,3`` the job's cuda:0 and cuda:1 are NVML's GPUs 2
+    and 3 (NVML numbers all the host's GPUs): codecarbon must be given 2 and 3, found by UUID."""
+    import codecarbon
+
+    from mtad.harness import energy
+
+    host = [f"GPU-{i}a1b2c3d-0000-0000-0000-00000000000{i}" for i in range(4)]
+    visible = [2, 3]  # CUDA_VISIBLE_DEVICES=2,3
+
+    class NVMLError(Exception):
+        pass
+
+    def by_uuid(uuid: str) -> int:
+        if uuid not in host:
+            raise NVMLError(f"no GPU {uuid}")
+        return host.index(uuid)  # the handle: its NVML index
+
+    fake_nvml = SimpleNamespace(
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByUUID=by_uuid,
+        nvmlDeviceGetIndex=lambda handle: handle,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    # torch prints the UUID without NVML's "GPU-" prefix
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: SimpleNamespace(uuid=host[visible[i]].removeprefix("GPU-")),
+    )
+    given: dict = {}
+
+    class Tracker:
+        def __init__(self, **kwargs: object) -> None:
+            given.update(kwargs)
+
+    monkeypatch.setattr(codecarbon, "OfflineEmissionsTracker", Tracker)
+    meter = energy.EnergyMeter(EnergyConfig(tracker="offline"), "cuda:0", gpu_ids=[0, 1])
+    meter.prepare()
+    assert given["gpu_ids"] == [2, 3]
+    modes = meter.modes()
+    assert modes["gpu_uuids"] == host[2:] and modes["nvml_gpu_ids"] == [2, 3]
+    assert modes["gpu_ids"] == [0, 1]  # the job's own (CUDA) numbering stays recorded
+    assert energy.nvml_gpu_ids([1]) == ([3], [host[3]])
+
+
+def test_restrict_vocab_keeps_its_ids_beside_a_dispatched_head() -> None:
+    """After a ``device_map`` load the head stays where accelerate put it (no later
+    ``model.to``): the FR-Spec head's id buffer must be made there, and the body's hidden states
+    (from another GPU) moved to it. The "other device" here is ``meta``."""
+    from mtad.engine.subvocab import restrict_vocab
+
+    model = build_tiny_model("llama", "draft", vocab_size=320, seed=0)
+    model.lm_head.to("meta")  # the head on another device than torch.tensor's default
+    restrict_vocab(model, list(range(0, 320, 3)))
+    head = model.get_output_embeddings()
+    assert head.ids.device == head.weight.device == torch.device("meta")
+    hidden = torch.randn(2, model.config.hidden_size)  # on the CPU, as from the last layer
+    assert head(hidden).device == torch.device("meta")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from mtad.engine.loading import model_devices
 from mtad.engine.runner import ModelRunner, check_same_vocab
 
 if TYPE_CHECKING:
@@ -148,6 +149,18 @@ class GenerationOutput:
     stopped_by: str  # "eos" | "max_new_tokens" | "stop"
 
 
+def cuda_devices(*runners: ModelRunner | None) -> tuple[torch.device, ...]:
+    """The GPUs holding the runners' weights (:func:`mtad.engine.loading.model_devices`)."""
+    found = {d for r in runners if r is not None for d in model_devices(r.model)}
+    return tuple(torch.device(d) for d in sorted(found) if d.startswith("cuda"))
+
+
+def synchronize(gpus: Sequence[torch.device]) -> None:
+    """Wait for the work queued on each of ``gpus`` (no-op on the CPU)."""
+    for gpu in gpus:
+        torch.cuda.synchronize(gpu)
+
+
 class DecodeContext:
     """Per-generation state handed to :meth:`DecodingMethod.step`."""
 
@@ -167,7 +180,9 @@ class DecodeContext:
         self.buffer = torch.empty(capacity, dtype=torch.long, device=target.device)
         self.buffer[: prompt.numel()] = prompt
         self.n = prompt.numel()
-        self._sync = target.device.type == "cuda"
+        # every GPU either model runs on (a target spread by device_map holds several; the
+        # draft may sit on another): the time split waits for each, not torch's current device
+        self.gpus = cuda_devices(target, draft)
 
     @property
     def ids(self) -> torch.Tensor:
@@ -181,8 +196,7 @@ class DecodeContext:
         try:
             yield
         finally:
-            if self._sync:
-                torch.cuda.synchronize()
+            synchronize(self.gpus)
             elapsed = time.perf_counter() - start
             if phase == "draft":
                 self.stats.time_draft += elapsed
@@ -269,8 +283,7 @@ class Decoder:
             if should_stop is not None and should_stop(new):
                 stopped_by = "stop"
                 break
-        if self.target.device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(ctx.gpus)
         stats.wall_time = time.perf_counter() - start
         stats.target_forwards = self.target.forwards
         stats.draft_forwards = self.draft.forwards if self.draft is not None else 0

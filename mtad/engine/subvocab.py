@@ -42,8 +42,10 @@ class SubVocabHead(torch.nn.Module):
         self.weight = torch.nn.Parameter(weight.detach()[self.ids].clone(), requires_grad=False)
 
     def compact(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Logits of the kept tokens only, ``[..., len(ids)]`` (column ``j``: ``ids[j]``)."""
-        return torch.nn.functional.linear(hidden, self.weight)
+        """Logits of the kept tokens only, ``[..., len(ids)]`` (column ``j``: ``ids[j]``), on
+        this head's device: after a ``device_map`` load the body's last layer may sit on another
+        GPU, and this module replaced the head that carried accelerate's device hook."""
+        return torch.nn.functional.linear(hidden.to(self.weight.device), self.weight)
 
     def widen(self, sub: torch.Tensor) -> torch.Tensor:
         """Compact logits as the full-width row (``-inf`` off the kept tokens)."""
@@ -92,10 +94,14 @@ def restrict_vocab(model: torch.nn.Module, ids: list[int]) -> torch.nn.Module:
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         raise ValueError("draft_vocab.json needs a model with a bias-free linear head")
     if max(ids) >= head.weight.shape[0]:
-        raise ValueError(f"draft_vocab.json: id {max(ids)} beyond the vocabulary "
-                         f"({head.weight.shape[0]})")
+        raise ValueError(
+            f"draft_vocab.json: id {max(ids)} beyond the vocabulary ({head.weight.shape[0]})"
+        )
     model.config.tie_word_embeddings = False  # the head is now its own (smaller) matrix
-    model.set_output_embeddings(SubVocabHead(head.weight, torch.tensor(ids)))
+    # ids beside the weight: a device_map load leaves the head on its GPU, and no later
+    # ``model.to(device)`` moves this buffer there (widen / vocab_token index with it)
+    ids_t = torch.tensor(ids, device=head.weight.device)
+    model.set_output_embeddings(SubVocabHead(head.weight, ids_t))
     return model
 
 

@@ -12,10 +12,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from mtad.harness.config import EnergyConfig
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the GPU check imports this module's NVML helpers without Hydra
     from codecarbon.emissions_tracker import BaseEmissionsTracker
+
+    from mtad.harness.config import EnergyConfig
 
 # codecarbon's CPU modes -> what they mean for the reader of a result.
 CPU_MODES = {
@@ -36,13 +36,61 @@ def nvml_missing_warning(device: str) -> str:
     )
 
 
+def cuda_uuid(index: int) -> str:
+    """The UUID of CUDA device ``index`` as this process numbers it (``CUDA_VISIBLE_DEVICES``
+    applied), in NVML's spelling (``GPU-<hex>``): the one name of a GPU that CUDA and NVML
+    share. NVML numbers every GPU of the host in PCI order and ignores
+    ``CUDA_VISIBLE_DEVICES``, so a CUDA index is not an NVML index (SLURM's
+    ``CUDA_VISIBLE_DEVICES=2,3`` makes NVML's GPUs 2 and 3 this job's ``cuda:0`` and
+    ``cuda:1``)."""
+    import torch
+
+    raw = str(torch.cuda.get_device_properties(index).uuid)
+    return raw if raw.startswith(("GPU-", "MIG-")) else f"GPU-{raw}"
+
+
+def nvml_index(pynvml: Any, uuid: str) -> int:
+    """NVML's index of the GPU named ``uuid`` (a MIG slice: of the GPU it is part of, which is
+    what codecarbon meters)."""
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except pynvml.NVMLError:
+        if not uuid.startswith("GPU-"):
+            raise
+        # torch prints a MIG slice's UUID without its prefix too
+        uuid = "MIG-" + uuid.removeprefix("GPU-")
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    if uuid.startswith("MIG-"):
+        handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+    return int(pynvml.nvmlDeviceGetIndex(handle))
+
+
+def nvml_gpu_ids(cuda_ids: list[int]) -> tuple[list[int], list[str]]:
+    """NVML indices and UUIDs of the CUDA devices ``cuda_ids``, matched by UUID.
+
+    codecarbon is given these NVML indices, not the UUIDs: its UUID matching (3.3.2,
+    ``GPU._get_gpu_ids``) strips ``"MIG-"`` with ``str.lstrip``, which drops the ``G`` of
+    ``GPU-...`` too, so a full UUID never matches and the GPU would silently go unmetered.
+    Raises when NVML or a GPU's UUID is unavailable."""
+    import pynvml
+
+    uuids = [cuda_uuid(i) for i in cuda_ids]
+    pynvml.nvmlInit()
+    try:
+        return [nvml_index(pynvml, u) for u in uuids], uuids
+    finally:
+        pynvml.nvmlShutdown()
+
+
 class EnergyMeter:
     """Wraps one codecarbon tracker; ``tracker: none`` makes every call a no-op.
 
-    ``device`` is ``runtime.device`` and ``gpu_ids`` the GPUs the job's models occupy: codecarbon
-    meters those only (by default it meters every visible GPU, a neighbour's job included). A
-    GPU run that codecarbon cannot meter (no NVML) is recorded as ``gpu_mode: none`` with a
-    ``warning``, not as a run whose GPU used no energy.
+    ``device`` is ``runtime.device`` and ``gpu_ids`` the CUDA indices of the GPUs the job's
+    models occupy: codecarbon meters those only (by default it meters every GPU of the host, a
+    neighbour's job included), found in NVML by UUID (:func:`nvml_gpu_ids`). A GPU run that
+    codecarbon cannot meter (no NVML) is recorded as ``gpu_mode: none`` with a ``warning``, not
+    as a run whose GPU used no energy; GPUs NVML has but that cannot be matched by UUID are
+    metered by their CUDA index, with a ``warning`` that it may name another GPU.
     """
 
     def __init__(
@@ -51,6 +99,9 @@ class EnergyMeter:
         self.cfg = cfg
         self.device = device
         self.gpu_ids = gpu_ids
+        self.nvml_ids: list[int] | None = None  # what codecarbon meters
+        self.gpu_uuids: list[str] | None = None
+        self.id_warning: str | None = None
         self.tracker: BaseEmissionsTracker | None = None
         self.init_s = 0.0
 
@@ -76,7 +127,7 @@ class EnergyMeter:
             "allow_multiple_runs": True,  # sweeps in parallel (joblib) run several trackers
         }
         if self.gpu_ids:
-            common["gpu_ids"] = list(self.gpu_ids)
+            common["gpu_ids"] = self._nvml_ids()
         if self.cfg.tracker == "offline":
             self.tracker = OfflineEmissionsTracker(
                 country_iso_code=self.cfg.country_iso_code, **common
@@ -88,6 +139,20 @@ class EnergyMeter:
         if callable(ready):
             ready()
         self.init_s = time.perf_counter() - start
+
+    def _nvml_ids(self) -> list[int]:
+        """NVML indices of ``gpu_ids``; the CUDA indices themselves, with a warning, when NVML
+        runs but the UUIDs do not match (without NVML nothing is metered: ``gpu_mode: none``)."""
+        try:
+            self.nvml_ids, self.gpu_uuids = nvml_gpu_ids(list(self.gpu_ids or []))
+        except Exception as err:  # noqa: BLE001 - recorded; codecarbon then finds NVML or not
+            self.nvml_ids = list(self.gpu_ids or [])
+            self.id_warning = (
+                f"GPUs {self.gpu_ids} not matched to NVML by UUID ({type(err).__name__}: "
+                f"{err}); metering NVML indices {self.nvml_ids}, which under "
+                "CUDA_VISIBLE_DEVICES may be another job's GPUs"
+            )
+        return self.nvml_ids
 
     def start(self) -> None:
         if self.tracker is not None:
@@ -149,7 +214,11 @@ class EnergyMeter:
             "ram_mode": ram_mode,
             "hardware": [hw.description() for hw in hardware],
             "gpu_ids": self.gpu_ids,
+            "gpu_uuids": self.gpu_uuids,
+            "nvml_gpu_ids": self.nvml_ids,
         }
         if gpu_mode == "none" and self.device.startswith("cuda"):
             modes["warning"] = nvml_missing_warning(self.device)
+        elif self.id_warning is not None:
+            modes["warning"] = self.id_warning
         return modes

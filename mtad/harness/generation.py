@@ -34,9 +34,14 @@ def load_models(prep: Prepared) -> LoadedPair:
     """Target, and the draft only when the method uses one."""
     draft = prep.spec.draft if prep.method.uses_draft else None
     rt = prep.spec.cfg.runtime
-    print("dtype: " + "; ".join(
-        f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
-        for role, model in (("target", prep.spec.target), ("draft", draft)) if model is not None))
+    print(
+        "dtype: "
+        + "; ".join(
+            f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
+            for role, model in (("target", prep.spec.target), ("draft", draft))
+            if model is not None
+        )
+    )
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
     return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
 
@@ -101,11 +106,18 @@ class Progress:
 def release_memory() -> None:
     """Give a finished run's memory back before the next job of an in-process (basic launcher)
     sweep loads its own. A model dispatched by accelerate holds a reference cycle (its hooks set
-    ``module.forward = partial(new_forward, module)``), so only the cycle collector frees it;
-    then the CUDA caching allocator returns the freed blocks to the driver."""
+    ``module.forward = partial(new_forward, module)``), so only the cycle collector frees it.
+    cuBLAS keeps a workspace per handle and stream (32 MiB each on Hopper) allocated through
+    the caching allocator, which ``empty_cache`` cannot return while it is held: clear those
+    first (as torch's own CUDA leak check does), then the allocator returns the freed blocks
+    to the driver, on every GPU (a target spread by ``device_map`` used several)."""
     gc.collect()
     if torch.cuda.is_available():
-        torch.cuda.synchronize()
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+        clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear_workspaces is not None:  # absent from CPU builds
+            clear_workspaces()
         torch.cuda.empty_cache()
 
 
