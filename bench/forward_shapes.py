@@ -9,7 +9,12 @@ ratio to n = 1 of the same dtype. This is the measurement behind two engine choi
 matmuls, e.g. AVX2 only, pays for every extra row) and whether padding verification blocks to
 another size would pay.
 
-    python -m bench.forward_shapes [--context 120] [--reps 7] [--draft PATH]
+    python -m bench.forward_shapes [--context 120] [--reps 7] [--draft PATH] [--head PATH]
+
+``--head`` also times a feature-level draft head (:mod:`mtad.engine.feature_head`): one drafted
+position on ``rows`` beams, each reading its own previous output, in each dtype, as a fraction of
+the target's one-token forward of the same dtype (the draft's step cost ``c`` of
+``bench.cost_model``).
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ import time
 import torch
 
 from bench import common
+from mtad.engine.feature_head import load_head
+from mtad.engine.head_runner import HeadRunner
 from mtad.engine.loading import ModelSpec, load_model
 from mtad.engine.runner import ModelRunner
+from mtad.engine.subvocab import read_vocab
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)
@@ -39,12 +47,56 @@ def time_forward(
     return 1e3 * c, 1e3 * w
 
 
+def time_head_step(runner: HeadRunner, rows: int, gen: torch.Generator) -> tuple[float, float]:
+    """One drafted position on every row; the cache and each row's state are put back."""
+    ids = torch.randint(0, runner.vocab_size, (rows, 1), generator=gen)
+    last, true_len = runner.last, runner.true_len
+    c0, w0 = time.process_time(), time.perf_counter()
+    runner.forward(ids, compact=True)
+    c, w = time.process_time() - c0, time.perf_counter() - w0
+    runner.cache.crop(-1)
+    runner.cached_ids = runner.cached_ids[:, :-1]
+    runner.last, runner.true_len = last, true_len
+    return 1e3 * c, 1e3 * w
+
+
+def head_rows(args, prompt: torch.Tensor, target_ms: dict[str, float], gen) -> list[list[str]]:
+    """Median cost of a head's drafted position x rows, per dtype, vs the target's 1 token."""
+    out = []
+    for dtype in ("float32", "bfloat16"):
+        t, _ = load_model(ModelSpec(loader="smollm2_gguf", dtype=dtype))
+        head = load_head(args.head, t, read_vocab(args.head))
+        target = ModelRunner(t, "target", feature_taps=head.spec.taps)
+        runner = HeadRunner(head, target)
+        target.feed(prompt[0])
+        runner.feed(prompt[0], compact=True)
+        for rows in BEAMS:
+            if runner.rows != rows:
+                runner.select_rows(torch.zeros(1, dtype=torch.long))
+                runner.repeat_rows(rows)
+            times = [time_head_step(runner, rows, gen) for _ in range(args.reps + 1)][1:]
+            cpu = statistics.median(x[0] for x in times)
+            wall = statistics.median(x[1] for x in times)
+            out.append(
+                [
+                    "head",
+                    f"1 tok x {rows}",
+                    dtype,
+                    f"{cpu:.2f}",
+                    f"{cpu / target_ms[dtype]:.3f}",
+                    f"{wall:.2f}",
+                ]
+            )
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draft", default=common.DEFAULT_DRAFT)
     ap.add_argument("--context", type=int, default=120, help="cached tokens before timing")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--head", default=None, help="a feature-level head folder to time as well")
     args = ap.parse_args(argv)
     common.setup(args)
     draft_path, standin = common.resolve_draft(args.draft)
@@ -133,6 +185,13 @@ def main(argv: list[str] | None = None) -> None:
         ],
         rows,
     )
+    if args.head:
+        t1 = {dt: med[("target", dt, 1, 1)][0] for dt in ("float32", "bfloat16")}
+        common.print_table(
+            f"feature-level head {args.head}: one drafted position (ms, CPU time)",
+            ["model", "shape", "dtype", "ms", "x target 1 tok", "wall ms"],
+            head_rows(args, prompt, t1, gen),
+        )
 
 
 if __name__ == "__main__":

@@ -165,6 +165,20 @@ class FeatureHead(nn.Module):
         x = x + o
         return x + layer.mlp(layer.post_attention_layernorm(x))
 
+    def _grouped_attention(self, q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
+        """Attention of a few query rows with grouped key/value heads, as plain matmuls: the
+        query heads sharing a key/value head are stacked as rows, so the cache is read as it is
+        (no repeated copy) and no flash-kernel set-up is paid (on a CPU, 4 beams x 300 keys in
+        bfloat16: a fraction of a millisecond against ~1.2 ms for SDPA)."""
+        b, h, n, hd = q.shape
+        g = h // self.n_kv
+        qg = q.reshape(b, self.n_kv, g * n, hd)
+        scores = torch.matmul(qg, k.transpose(-1, -2)).float() * self.scaling
+        if mask is not None:
+            scores = scores.masked_fill(~mask.repeat(g, 1), float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1).to(v.dtype), v)
+        return out.reshape(b, h, n, hd)
+
     def _repeat_kv(self, t: torch.Tensor) -> torch.Tensor:
         g = self.n_heads // self.n_kv
         return t if g == 1 else t.repeat_interleave(g, dim=1)
@@ -180,9 +194,16 @@ class FeatureHead(nn.Module):
         if n > 1:
             past = total - n
             mask = torch.ones(n, total, dtype=torch.bool, device=x.device).tril(past)
-        out = F.scaled_dot_product_attention(
-            q, self._repeat_kv(k_all), self._repeat_kv(v_all), attn_mask=mask, scale=self.scaling
-        )
+        if x.device.type == "cpu":
+            out = self._grouped_attention(q, k_all, v_all, mask)
+        else:
+            out = F.scaled_dot_product_attention(
+                q,
+                self._repeat_kv(k_all),
+                self._repeat_kv(v_all),
+                attn_mask=mask,
+                scale=self.scaling,
+            )
         return self._finish(x, out)
 
     # --- training: every position at every draft depth, in parallel ------------------------------
