@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from mtad.engine.feature_head import is_head_folder
 from mtad.engine.loading import LoadedPair, ModelSpec, load_pair
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
@@ -199,7 +200,7 @@ def resolve_draft(draft: str) -> tuple[Path, bool]:
         return build_standin_draft(), True
     path = Path(draft).expanduser()
     path = path if path.is_absolute() else REPO / path
-    if (path / "config.json").is_file():
+    if (path / "config.json").is_file() or is_head_folder(path):
         return path, False
     if draft == DEFAULT_DRAFT:
         print(
@@ -225,7 +226,14 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
     draft_path, standin = resolve_draft(args.draft) if need_draft else (None, False)
     pair = load_pair(
         ModelSpec(loader="smollm2_gguf", dtype=args.dtype),
-        ModelSpec(loader="local", path=str(draft_path), dtype=draft_dtype) if need_draft else None,
+        ModelSpec(
+            loader="local",
+            path=str(draft_path),
+            dtype=draft_dtype,
+            kind="head" if is_head_folder(draft_path) else "model",
+        )
+        if need_draft
+        else None,
         head=args.head,
     )
     return BenchPair(

@@ -52,11 +52,17 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     bp = common.load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
     prompts = common.load_prompts(args, bp.tokenizer)
     sampling = {"temperature": 0.0} if args.greedy else {}
+
+    def params_of(m: str) -> dict:
+        """``--gamma`` reaches every method that drafts a block of that depth."""
+        fields = METHODS[m][0].__dataclass_fields__
+        return {**sampling, **({"gamma": args.gamma} if args.gamma and "gamma" in fields else {})}
+
     reorders = [r.strip() for r in args.reorder.split(",") if r.strip()]
     labels = {(f"{m}/{r}" if len(reorders) > 1 else m): (m, r) for m in methods for r in reorders}
     decoders = {
         label: Decoder(
-            build_method(m, **sampling),
+            build_method(m, **params_of(m)),
             bp.target,
             bp.draft,
             eos_token_ids=common.eos_ids(bp),
@@ -156,6 +162,25 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         ],
         rows,
     )
+    depth_rows = []
+    for m, r in results.items():
+        s = r["stats"]
+        if not s.drafted:
+            continue
+        depth_rows.append(
+            [
+                m,
+                f"{s.mean_accepted:.2f}",
+                " / ".join(f"{a:.2f}" for a in s.depth_acceptance),
+                " ".join(str(n) for n in s.accept_histogram),
+            ]
+        )
+    if depth_rows:
+        common.print_table(
+            "where drafts fail: acceptance at each depth, iterations by accepted depth 0..gamma",
+            ["method", "mean accepted", "acceptance at depth 1 / 2 / ...", "histogram"],
+            depth_rows,
+        )
     return results
 
 
@@ -222,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         help=f"comma-separated method names or 'all' (default {DEFAULT_METHODS})",
     )
     ap.add_argument("--greedy", action="store_true", help="temperature 0 for every method")
+    ap.add_argument("--gamma", type=int, default=0, help="block depth of every gamma method")
     ap.add_argument(
         "--reorder",
         default="inplace",

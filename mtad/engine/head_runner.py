@@ -27,6 +27,14 @@ from mtad.engine.runner import ModelRunner, warp_rows
 from mtad.engine.warping import Candidates, WarpConfig
 
 
+class _Call(torch.nn.Module):
+    """What a :class:`HeadRunner` calls for every head computation: a module, so forward hooks
+    (``bench``'s forward clock) see the draft's time as they see a model draft's."""
+
+    def forward(self, fn, *args):
+        return fn(*args)
+
+
 class HeadRunner:
     """A :class:`FeatureHead` and its cache, reading features from ``target``'s store."""
 
@@ -42,6 +50,7 @@ class HeadRunner:
         self.vocab_size = model.vocab_size
         self.vocab_ids: torch.Tensor | None = model.vocab_ids
         self.context_limit = target.context_limit
+        self.net = _Call()
         self.reset()
 
     def reset(self) -> None:
@@ -82,6 +91,9 @@ class HeadRunner:
     def feed(
         self, ids: torch.Tensor, extra: torch.Tensor | None = None, compact: bool = False
     ) -> torch.Tensor:
+        return self.net(self._feed, ids, extra, compact)
+
+    def _feed(self, ids: torch.Tensor, extra: torch.Tensor | None, compact: bool) -> torch.Tensor:
         """Feed the committed ``ids`` the cache lacks (with the target's true features where it
         has them), then ``extra`` drafted tokens; logits ``[rows, 1 + len(extra), V']`` of the
         last committed position and of every ``extra`` one (compact rows for a sub-vocabulary
@@ -113,6 +125,9 @@ class HeadRunner:
     ) -> torch.Tensor:
         """Drafted tokens ``[rows, n]`` after the cache, each reading its row's own previous
         output; logits ``[rows, keep or n, V']``."""
+        return self.net(self._forward, input_ids, keep, compact)
+
+    def _forward(self, input_ids: torch.Tensor, keep: int, compact: bool) -> torch.Tensor:
         a = self._own(input_ids)
         if keep:
             a = a[:, -keep:]

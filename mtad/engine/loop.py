@@ -72,6 +72,9 @@ class DecodeStats:
     time_verify: float = 0.0
     wall_time: float = 0.0
     accept_lengths: list[int] = field(default_factory=list)
+    # per iteration, before truncation: drafted and accepted depth (the per-depth view)
+    draft_depths: list[int] = field(default_factory=list)
+    accept_depths: list[int] = field(default_factory=list)
 
     @property
     def time_other(self) -> float:
@@ -98,6 +101,33 @@ class DecodeStats:
         return self.accepted / self.iterations if self.iterations else float("nan")
 
     @property
+    def accept_histogram(self) -> list[int]:
+        """Iterations by accepted depth: ``[n accepting 0, n accepting 1, ...]`` (before
+        EOS / budget truncation), up to the deepest drafted depth."""
+        top = max(self.draft_depths, default=0)
+        hist = [0] * (top + 1)
+        for a in self.accept_depths:
+            hist[a] += 1
+        return hist
+
+    @property
+    def depth_acceptance(self) -> list[float]:
+        """Acceptance at each draft depth ``d = 1, 2, ...``: of the iterations that drafted at
+        least ``d`` positions and accepted the first ``d - 1``, the share that accepted the
+        ``d``-th too -- where along the block a draft fails (NaN where no iteration got there)."""
+        top = max(self.draft_depths, default=0)
+        out = []
+        for d in range(1, top + 1):
+            reached = sum(
+                1
+                for g, a in zip(self.draft_depths, self.accept_depths, strict=True)
+                if g >= d and a >= d - 1
+            )
+            passed = sum(1 for a in self.accept_depths if a >= d)
+            out.append(passed / reached if reached else float("nan"))
+        return out
+
+    @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_time if self.wall_time else float("nan")
 
@@ -108,8 +138,11 @@ class DecodeStats:
     def as_dict(self, with_lengths: bool = False) -> dict[str, Any]:
         d = asdict(self)
         if not with_lengths:
-            d.pop("accept_lengths")
+            for name in ("accept_lengths", "draft_depths", "accept_depths"):
+                d.pop(name)
         for name in (
+            "accept_histogram",
+            "depth_acceptance",
             "time_other",
             "acceptance_rate",
             "node_acceptance_rate",
@@ -139,6 +172,8 @@ class DecodeStats:
             ):
                 setattr(out, name, getattr(out, name) + getattr(p, name))
             out.accept_lengths.extend(p.accept_lengths)
+            out.draft_depths.extend(p.draft_depths)
+            out.accept_depths.extend(p.accept_depths)
         return out
 
 
@@ -327,4 +362,6 @@ class Decoder:
         s.accepted += result.accepted
         s.drafted_nodes += result.drafted if result.drafted_nodes is None else result.drafted_nodes
         s.accept_lengths.append(min(result.accepted, m - 1))
+        s.draft_depths.append(result.drafted)
+        s.accept_depths.append(result.accepted)
         return tokens

@@ -75,6 +75,15 @@ def print_run(metrics: dict[str, Any], title: str, out: Console | None = None) -
             f"{fmt(metrics.get('time_verify'))} s",
         ),
         (
+            "by depth",
+            "acceptance "
+            + " / ".join(fmt(a) for a in metrics.get("depth_acceptance") or [])
+            + "; iterations accepting 0.."
+            + str(len(metrics.get("accept_histogram") or [1]) - 1)
+            + ": "
+            + " ".join(str(n) for n in metrics.get("accept_histogram") or []),
+        ),
+        (
             "quality",
             f"ppl {fmt(metrics.get('ppl'))}"
             + (
