@@ -371,6 +371,33 @@ class ForwardClock:
         self._patched = []
 
 
+def time_head_step(runner: Any, rows: int, gen: torch.Generator) -> tuple[float, float]:
+    """``(cpu ms, wall ms)`` of one drafted position of a feature-level head
+    (:class:`mtad.engine.head_runner.HeadRunner`) on its ``rows`` rows, each reading its own
+    previous output (compact rows, as drafting reads them); the cache and every row's state are
+    put back, so the next call times the same step."""
+    ids = torch.randint(0, runner.vocab_size, (rows, 1), generator=gen)
+    last, true_len = runner.last, runner.true_len
+    c0, w0 = time.process_time(), time.perf_counter()
+    runner.forward(ids, compact=True)
+    c, w = time.process_time() - c0, time.perf_counter() - w0
+    runner.cache.crop(-1)
+    runner.cached_ids = runner.cached_ids[:, :-1]
+    runner.last, runner.true_len = last, true_len
+    return 1e3 * c, 1e3 * w
+
+
+def head_after_context(pair: LoadedPair, context: torch.Tensor, rows: int) -> Any:
+    """The pair's head runner after the target and the head read ``context`` (1-D), with
+    ``rows`` identical rows: where a drafted step starts."""
+    pair.target.reset()
+    pair.draft.reset()
+    pair.target.feed(context)
+    pair.draft.feed(context, compact=True)
+    pair.draft.repeat_rows(rows)
+    return pair.draft
+
+
 def pair_clock(pair: BenchPair) -> ForwardClock:
     """Clock the models (whoever calls them) and what our runners call for logits
     (``ModelRunner.net``: the model, or :class:`mtad.engine.heads.CPUHeadLM` around it)."""

@@ -37,10 +37,19 @@ from mtad.methods import build_method
 METHODS = ("ar", "sps", "mtad", "mmtad")
 
 
-def forward_ms(runner: ModelRunner, n: int, rows: int, reps: int, context: int) -> float:
+def forward_ms(runner: ModelRunner, n: int, rows: int, reps: int, context: int, pair=None) -> float:
     """Median wall milliseconds of one cached forward of ``n`` tokens on ``rows`` rows, as the
-    methods call it (``compact``: an FR-Spec draft head's compact rows, as drafting reads them)."""
+    methods call it (``compact``: an FR-Spec draft head's compact rows, as drafting reads them).
+    A feature-level head (``pair`` given): one drafted position after the target and the head
+    read the context."""
     gen = torch.Generator().manual_seed(0)
+    if getattr(runner, "head", None) == "feature":
+        ctx = torch.randint(0, runner.vocab_size, (context,), generator=gen)
+        head = common.head_after_context(pair, ctx, rows)
+        times = [common.time_head_step(head, rows, gen)[1] for _ in range(reps + 1)][1:]
+        pair.target.reset()
+        head.reset()
+        return statistics.median(times)
     runner.reset()
     runner.forward(torch.randint(0, runner.vocab_size, (1, context), generator=gen), keep=1)
     if rows > 1:
@@ -57,8 +66,9 @@ def forward_ms(runner: ModelRunner, n: int, rows: int, reps: int, context: int) 
     return statistics.median(times)
 
 
-def predicted_ms_per_token(method: str, cost: dict[str, float], gamma: int, beams: int,
-                           be: float) -> float:
+def predicted_ms_per_token(
+    method: str, cost: dict[str, float], gamma: int, beams: int, be: float
+) -> float:
     if method == "ar":
         return cost["t1"]
     if method == "sps":
@@ -77,14 +87,20 @@ def measure(args: argparse.Namespace, dtype: str) -> list[list[str]]:
         "t1": forward_ms(bp.target, 1, 1, args.reps, args.context),
         "tv": forward_ms(bp.target, gamma + 1, 1, args.reps, args.context),
         "tree": forward_ms(bp.target, gamma * beams + 1, 1, args.reps, args.context),
-        "d1": forward_ms(bp.draft, 1, 1, args.reps, args.context),
-        "dB": forward_ms(bp.draft, 1, beams, args.reps, args.context),
+        "d1": forward_ms(bp.draft, 1, 1, args.reps, args.context, bp),
+        "dB": forward_ms(bp.draft, 1, beams, args.reps, args.context, bp),
     }
     params = {"gamma": gamma, "beam_width": beams}
     decoders = {
-        m: Decoder(build_method(m, **({} if m == "ar" else params)) if m != "sps"
-                   else build_method(m, gamma=gamma), bp.target, bp.draft,
-                   eos_token_ids=common.eos_ids(bp), seed=args.seed)
+        m: Decoder(
+            build_method(m, **({} if m == "ar" else params))
+            if m != "sps"
+            else build_method(m, gamma=gamma),
+            bp.target,
+            bp.draft,
+            eos_token_ids=common.eos_ids(bp),
+            seed=args.seed,
+        )
         for m in args.methods
     }
     for dec in decoders.values():
@@ -96,19 +112,31 @@ def measure(args: argparse.Namespace, dtype: str) -> list[list[str]]:
     total = {m: DecodeStats.total(s) for m, s in stats.items()}
     ar_ms = 1e3 / total["ar"].tokens_per_s if "ar" in total else cost["t1"]
     print(f"[{dtype}] pair: {bp.describe()}")
-    print(f"[{dtype}] forward ms (median of {args.reps}, context {args.context}): "
-          f"target 1 tok {cost['t1']:.1f}, {gamma + 1} tok {cost['tv']:.1f} "
-          f"({cost['tv'] / cost['t1']:.2f}x), tree {gamma * beams + 1} tok {cost['tree']:.1f}; "
-          f"draft 1 row {cost['d1']:.1f} ({cost['d1'] / cost['t1']:.3f} t1), {beams} rows "
-          f"{cost['dB']:.1f} ({cost['dB'] / cost['t1']:.3f} t1)")
+    print(
+        f"[{dtype}] forward ms (median of {args.reps}, context {args.context}): "
+        f"target 1 tok {cost['t1']:.1f}, {gamma + 1} tok {cost['tv']:.1f} "
+        f"({cost['tv'] / cost['t1']:.2f}x), tree {gamma * beams + 1} tok {cost['tree']:.1f}; "
+        f"draft 1 row {cost['d1']:.1f} ({cost['d1'] / cost['t1']:.3f} t1), {beams} rows "
+        f"{cost['dB']:.1f} ({cost['dB'] / cost['t1']:.3f} t1)"
+    )
     rows = []
     for m, s in total.items():
         be = s.block_efficiency
         pred = predicted_ms_per_token(m, cost, gamma, beams, be)
         meas = 1e3 / s.tokens_per_s
-        rows.append([dtype, m, s.new_tokens, f"{be:.2f}", f"{pred:.1f}", f"{meas:.1f}",
-                     f"{cost['t1'] / pred:.2f}", f"{ar_ms / meas:.2f}",
-                     f"{100 * (meas - pred) / meas:.1f}"])
+        rows.append(
+            [
+                dtype,
+                m,
+                s.new_tokens,
+                f"{be:.2f}",
+                f"{pred:.1f}",
+                f"{meas:.1f}",
+                f"{cost['t1'] / pred:.2f}",
+                f"{ar_ms / meas:.2f}",
+                f"{100 * (meas - pred) / meas:.1f}",
+            ]
+        )
     return rows
 
 
@@ -125,14 +153,25 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     common.setup(args)
     print(common.environment_line(args))
-    print(f"native bf16: {native_bf16() or 'none'}; gamma {args.gamma}, B {args.beams}; "
-          f"{args.prompts} prompts x max {args.max_new} new tokens, T=1, top-k 10, top-p 0.9")
+    print(
+        f"native bf16: {native_bf16() or 'none'}; gamma {args.gamma}, B {args.beams}; "
+        f"{args.prompts} prompts x max {args.max_new} new tokens, T=1, top-k 10, top-p 0.9"
+    )
     rows = [r for dt in args.dtypes.split(",") for r in measure(args, dt.strip())]
     common.print_table(
         "predicted vs measured (ms per token; speed-up vs ar: predicted from forward costs and "
         "measured block efficiency, measured side by side)",
-        ["dtype", "method", "tokens", "block eff", "pred ms/tok", "meas ms/tok", "pred x ar",
-         "meas x ar", "unmodelled %"],
+        [
+            "dtype",
+            "method",
+            "tokens",
+            "block eff",
+            "pred ms/tok",
+            "meas ms/tok",
+            "pred x ar",
+            "meas x ar",
+            "unmodelled %",
+        ],
         rows,
     )
     return rows

@@ -47,19 +47,6 @@ def time_forward(
     return 1e3 * c, 1e3 * w
 
 
-def time_head_step(runner: HeadRunner, rows: int, gen: torch.Generator) -> tuple[float, float]:
-    """One drafted position on every row; the cache and each row's state are put back."""
-    ids = torch.randint(0, runner.vocab_size, (rows, 1), generator=gen)
-    last, true_len = runner.last, runner.true_len
-    c0, w0 = time.process_time(), time.perf_counter()
-    runner.forward(ids, compact=True)
-    c, w = time.process_time() - c0, time.perf_counter() - w0
-    runner.cache.crop(-1)
-    runner.cached_ids = runner.cached_ids[:, :-1]
-    runner.last, runner.true_len = last, true_len
-    return 1e3 * c, 1e3 * w
-
-
 def head_rows(args, prompt: torch.Tensor, target_ms: dict[str, float], gen) -> list[list[str]]:
     """Median cost of a head's drafted position x rows, per dtype, vs the target's 1 token."""
     out = []
@@ -74,7 +61,8 @@ def head_rows(args, prompt: torch.Tensor, target_ms: dict[str, float], gen) -> l
             if runner.rows != rows:
                 runner.select_rows(torch.zeros(1, dtype=torch.long))
                 runner.repeat_rows(rows)
-            times = [time_head_step(runner, rows, gen) for _ in range(args.reps + 1)][1:]
+            times = [common.time_head_step(runner, rows, gen) for _ in range(args.reps + 1)]
+            times = times[1:]  # the first warms the shape up
             cpu = statistics.median(x[0] for x in times)
             wall = statistics.median(x[1] for x in times)
             out.append(

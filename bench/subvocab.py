@@ -86,12 +86,22 @@ def run(args: argparse.Namespace) -> list[list[str]]:
                 + [f"{wide_total:.3f}", f"{compact_total:.3f}", f"{wide_total / compact_total:.2f}"]
             )
     print(common.cpu_line())
-    print(f"head: {source}, {args.dtype}, {args.threads} thread(s), median of {args.reps}, "
-          "caches evicted before each call")
+    print(
+        f"head: {source}, {args.dtype}, {args.threads} thread(s), median of {args.reps}, "
+        "caches evicted before each call"
+    )
     common.print_table(
         "milliseconds per call: the head's projection, then warping its rows",
-        ["rows", "head wide", "head compact", "warp wide", "warp compact", "wide total",
-         "compact total", "wide / compact"],
+        [
+            "rows",
+            "head wide",
+            "head compact",
+            "warp wide",
+            "warp compact",
+            "wide total",
+            "compact total",
+            "wide / compact",
+        ],
         rows_out,
     )
     return rows_out
