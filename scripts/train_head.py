@@ -42,6 +42,51 @@ def cmd_features(args: argparse.Namespace) -> None:
     teacher_pass(target, seqs, plens, args.out, part=(i, n), shard_tokens=args.shard_tokens)
 
 
+def cmd_finals(args: argparse.Namespace) -> None:
+    """The target's final normed state of every stored position (``final.npy`` per shard),
+    for heads that read and regress it; complete shards only, again and again with --watch
+    while a teacher pass is still writing shards."""
+    import time
+
+    from mtad.distill.features import derive_final
+    from mtad.engine.smollm2 import load_smollm2_target
+
+    torch.set_num_threads(args.threads)
+    target, _ = load_smollm2_target(args.dtype)
+    while True:
+        done = sum(derive_final(target, f) for f in feature_folders(args.features))
+        print(f"final states added to {done} shards", flush=True)
+        if not args.watch:
+            break
+        time.sleep(60)
+
+
+def cmd_eval(args: argparse.Namespace) -> None:
+    """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
+    import json
+
+    from mtad.distill.head_eval import depth_acceptance
+    from mtad.distill.head_train import ShardData
+    from mtad.engine.feature_head import load_head
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import read_vocab
+
+    torch.set_num_threads(args.threads)
+    target, _ = load_smollm2_target("bfloat16")
+    head = load_head(args.head, target, read_vocab(args.head)).float()
+    data = ShardData(feature_folders([args.eval_features]), need_final=head.spec.taps == [-1])
+    kinds = [str(k) for k in np.load(args.eval_data)["kinds"]]
+    res = depth_acceptance(head, data, kinds, args.depths)
+    for kind, row in res.items():
+        print(
+            f"{kind:14s} "
+            + " ".join(f"d{d + 1} {row[f'd{d + 1}']:.3f}" for d in range(args.depths))
+            + f"  ({row['positions']} positions, {row['prompts']} prompts)"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+
+
 def save_ids(path: str, seqs, plens, kinds, **extra) -> None:
     """Sequences as uint16 ids in the data.npz layout, written atomically."""
     import os
@@ -183,7 +228,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         )
     else:
         vocab = None
-    spec = HeadSpec(taps=[int(t) for t in args.taps.split(",")])
+    taps = [int(t) for t in args.taps.split(",")]
+    final = taps == [-1]  # the final normed state: EAGLE-1/2's layout, regressed (HASS)
+    spec = HeadSpec(taps=taps, fuse=not final, final_norm=not final)
     ids = torch.tensor(sorted(vocab)) if vocab else None
     head = FeatureHead.from_target(target, spec, ids, seed=args.seed)
     repeats = dict(r.split("=") for r in args.repeat) if args.repeat else {}
@@ -200,8 +247,15 @@ def cmd_train(args: argparse.Namespace) -> None:
         ckpt_every_s=args.ckpt_every_s,
         warmup_steps=args.warmup_steps,
     )
-    data = ShardData(feature_folders(args.features), cfg.source_repeats)
-    eval_data = ShardData(feature_folders([args.eval_features])) if args.eval_features else None
+    folders = feature_folders(args.features)
+    if final:  # shards still waiting for their final states (finals --watch) join a later run
+        folders = [f for f in folders if (f / "final.npy").is_file()]
+    data = ShardData(folders, cfg.source_repeats, need_final=final)
+    eval_data = (
+        ShardData(feature_folders([args.eval_features]), need_final=final)
+        if args.eval_features
+        else None
+    )
     eval_kinds = [str(k) for k in np.load(args.eval_data)["kinds"]] if args.eval_data else []
     curve = out / "curve.jsonl"
     log_f = open(out / "train.log", "a")  # noqa: SIM115 (open for the whole run)
@@ -265,6 +319,20 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--dtype", default="bfloat16")
     f.add_argument("--shard-tokens", type=int, default=65_536)
     f.set_defaults(run=cmd_features)
+    ev = sub.add_parser("eval", help="held-out acceptance of a saved head, by depth and kind")
+    ev.add_argument("--head", required=True)
+    ev.add_argument("--eval-features", default=".dev/head/features/heldout")
+    ev.add_argument("--eval-data", default="assets/evalsets/smollm2-heldout.npz")
+    ev.add_argument("--depths", type=int, default=4)
+    ev.add_argument("--threads", type=int, default=1)
+    ev.add_argument("--json", default=None)
+    ev.set_defaults(run=cmd_eval)
+    fi = sub.add_parser("finals", help="add the final normed state to stored shards")
+    fi.add_argument("--features", nargs="+", required=True)
+    fi.add_argument("--threads", type=int, default=1)
+    fi.add_argument("--dtype", default="bfloat16")
+    fi.add_argument("--watch", action="store_true", help="keep adding as new shards appear")
+    fi.set_defaults(run=cmd_finals)
     c = sub.add_parser("corpus", help="chat-formatted text from this disk, as uint16 ids")
     c.add_argument("--out", required=True)
     c.add_argument("--max-tokens", type=int, default=4_000_000)
@@ -291,7 +359,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--taps", default="2,15,28")
     t.add_argument("--vocab-size", type=int, default=16384)
     t.add_argument("--vocab-from", nargs="*", default=[])
-    t.add_argument("--depths", type=int, default=4)
+    t.add_argument("--depths", type=int, default=4, help="draft depths trained")
+    t.add_argument("--eval-depths", type=int, default=4, help="draft depths evaluated")
     t.add_argument("--epochs", type=float, default=2.0)
     t.add_argument("--lr", type=float, default=1e-3)
     t.add_argument("--warmup-steps", type=int, default=20)
@@ -299,6 +368,10 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--micro-tokens", type=int, default=2048)
     t.add_argument("--prompt-weight", type=float, default=0.1)
     t.add_argument("--overlap-weight", type=float, default=1.0)
+    t.add_argument("--kl-weight", type=float, default=1.0)
+    t.add_argument("--reg-weight", type=float, default=1.0, help="heads reading tap -1")
+    t.add_argument("--feature-rms", type=float, default=1.0)
+    t.add_argument("--depth-weights", default="1,1,1,1")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--ckpt-every-s", type=float, default=300.0)

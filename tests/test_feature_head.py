@@ -267,3 +267,85 @@ def test_final_norm_tap_reads_what_the_logits_head_reads(tiny_target):
         feat = tap.take()[:, :, 0]
     assert torch.allclose(tiny_target.lm_head(feat), logits, atol=1e-5)
     warp_logprobs(logits[0], WarpConfig(1.0, 10, 0.9))  # a well-formed distribution
+
+
+# ----------------------------------------------------------------- training, resumed after a kill
+
+TRAIN_SCRIPT = r"""
+import sys, torch
+from pathlib import Path
+from mtad.distill.head_train import HeadTrainConfig, ShardData, train
+from mtad.engine.feature_head import FeatureHead, HeadSpec
+from mtad.engine.tiny import build_tiny_model
+torch.set_num_threads(1)
+data_dir, ckpt, steps_before_pause = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
+head = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False),
+                               torch.arange(0, 320, 2))
+cfg = HeadTrainConfig(depths=3, epochs=2.0, tokens_per_step=160, micro_tokens=96, lr=3e-3,
+                      warmup_steps=2, reg_weight=1.0, ckpt_every_s=0.0)
+data = ShardData(sorted(data_dir.glob("shard*")), need_final=True)
+def on_step(state, rec):
+    if state.step >= steps_before_pause:  # a slow step: the test kills the process here
+        import time; time.sleep(30)
+state = train(head, data, cfg, ckpt, on_step=on_step, log=lambda m: None)
+torch.save(head.state_dict(), ckpt / "final_weights.pt")
+print("steps", state.step)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_shards(tmp_path_factory, tiny_target):
+    from mtad.distill.features import derive_final, teacher_pass
+
+    folder = tmp_path_factory.mktemp("shards")
+    gen = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(3, 320, (int(n),), generator=gen).tolist() for n in
+            torch.randint(12, 40, (30,), generator=gen)]
+    paths = teacher_pass(tiny_target, seqs, [4] * len(seqs), folder, taps=[1, 2, 3],
+                         shard_tokens=300, progress=False)
+    for p in paths:
+        derive_final(tiny_target, p)
+    return folder
+
+
+def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_path,
+                                                                            tiny_shards):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full = subprocess.run([sys.executable, str(script), str(tiny_shards), str(tmp_path / "a"),
+                           "inf"], env=env, capture_output=True, text=True, timeout=600)
+    assert full.returncode == 0, full.stderr
+    total = int(full.stdout.split("steps")[1])
+    assert total >= 6
+    proc = subprocess.Popen([sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"),
+                             str(total // 2)], env=env)
+    ckpt = tmp_path / "b" / "ckpt.pt"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if ckpt.is_file():
+            step = torch.load(ckpt, weights_only=False)["state"]["step"]
+            if step >= total // 2:
+                break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "b" / "final_weights.pt").exists()  # killed mid-run
+    resumed = subprocess.run([sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"),
+                              "inf"], env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    a = torch.load(tmp_path / "a" / "final_weights.pt")
+    b = torch.load(tmp_path / "b" / "final_weights.pt")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after kill + resume"
+    first = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=False)["state"]["history"][0]
+    last = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=False)["state"]["history"][-1]
+    assert last["kl"][0] < first["kl"][0]  # it learned something

@@ -35,6 +35,7 @@ from mtad.engine.features import FeatureTap
 # of the target's last layer, see mtad.engine.feature_head).
 DEFAULT_TAPS = (2, 15, 28)
 SHARD_FORMAT = 1
+FINAL_FILE = "final.npy"
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Shard:
     feats: np.ndarray  # [N, taps, hidden] uint16 (bfloat16 bits), memory-mapped
     topk_ids: np.ndarray  # [N, K] uint16
     topk_logp: np.ndarray  # [N, K] float16
+    final: np.ndarray | None = None  # [N, hidden] uint16 (bfloat16 bits): final normed state
 
     @property
     def starts(self) -> np.ndarray:
@@ -58,6 +60,7 @@ class Shard:
 def load_shard(folder: Path, mmap: bool = True) -> Shard:
     z = np.load(folder / "index.npz")
     mode = "r" if mmap else None
+    final = folder / FINAL_FILE
     return Shard(
         folder,
         z["lens"],
@@ -67,6 +70,7 @@ def load_shard(folder: Path, mmap: bool = True) -> Shard:
         np.load(folder / "feats.npy", mmap_mode=mode),
         np.load(folder / "topk_ids.npy", mmap_mode=mode),
         np.load(folder / "topk_logp.npy", mmap_mode=mode),
+        np.load(final, mmap_mode=mode) if final.is_file() else None,
     )
 
 
@@ -191,3 +195,55 @@ def _write_shard(target, tap, seqs, plens, a, b, folder, topk, micro_tokens, pad
         tokens=tokens,
     )
     os.replace(tmp, folder)
+
+
+@torch.inference_mode()
+def derive_final(target: torch.nn.Module, folder: Path, micro_tokens: int = 8192) -> bool:
+    """Add the target's final normed hidden state of every position to a shard whose taps hold
+    the input of the last decoder layer: that layer (with its causal attention over the sequence
+    and its rotary positions) and the final norm, run over the stored input -- 1/30 of the
+    target's forward for SmolLM2 -- as ``final.npy``. The feature EAGLE-1/2 heads read and
+    regress. Returns False when the shard has it already."""
+    from mtad.engine.features import decoder_layers, final_norm
+
+    if (folder / FINAL_FILE).is_file():
+        return False
+    meta = json.loads((folder.parent / "meta.json").read_text())
+    layers = decoder_layers(target)
+    last = len(layers) - 1
+    if last - 1 not in meta["taps"]:
+        raise ValueError(
+            f"{folder}: taps {meta['taps']} lack layer {last - 1}, the last one's input"
+        )
+    j = meta["taps"].index(last - 1)
+    sh = load_shard(folder)
+    starts = sh.starts
+    out = np.empty((int(sh.lens.sum()), sh.feats.shape[-1]), dtype=np.uint16)
+    order = np.argsort(sh.lens, kind="stable")
+    batches, cur = [], []
+    for i in order:
+        if cur and (len(cur) + 1) * int(sh.lens[i]) > micro_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(int(i))
+    if cur:
+        batches.append(cur)
+    dtype = next(target.parameters()).dtype
+    norm = final_norm(target)
+    rotary = target.model.rotary_emb
+    for rows in batches:
+        width = int(max(sh.lens[i] for i in rows))
+        x = torch.zeros(len(rows), width, sh.feats.shape[-1], dtype=dtype)
+        for r, i in enumerate(rows):
+            s, n = int(starts[i]), int(sh.lens[i])
+            x[r, :n] = from_bf16_bits(sh.feats[s : s + n, j]).to(dtype)
+        pos = torch.arange(width)[None].expand(len(rows), -1)
+        h = layers[last](x, position_embeddings=rotary(x, pos), position_ids=pos)
+        h = norm(h[0] if isinstance(h, tuple) else h)
+        for r, i in enumerate(rows):
+            s, n = int(starts[i]), int(sh.lens[i])
+            out[s : s + n] = to_bf16_bits(h[r, :n])
+    tmp = folder / (FINAL_FILE + ".tmp.npy")
+    np.save(tmp, out)
+    os.replace(tmp, folder / FINAL_FILE)
+    return True

@@ -52,6 +52,11 @@ class HeadTrainConfig:
     micro_tokens: int = 2048
     prompt_weight: float = 0.1  # loss weight of prompt positions (responses: 1)
     overlap_weight: float = 1.0
+    kl_weight: float = 1.0
+    # smooth-L1 regression of the head's output on the target's final normed state at the same
+    # position (EAGLE-1/2, HASS), in units of that state's RMS; heads that read it (tap -1)
+    reg_weight: float = 0.0
+    feature_rms: float = 1.0
     seed: int = 0
     source_repeats: dict[str, int] = field(default_factory=dict)  # shard dir -> passes per epoch
     ckpt_every_s: float = 300.0
@@ -74,8 +79,14 @@ class SeqRef:
 class ShardData:
     """Every sequence of a list of shard folders, addressable as (shard, sequence)."""
 
-    def __init__(self, folders: Sequence[Path], repeats: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        folders: Sequence[Path],
+        repeats: dict[str, int] | None = None,
+        need_final: bool = False,
+    ) -> None:
         self.shards: list[Shard] = [load_shard(Path(f)) for f in folders]
+        self.need_final = need_final  # the final normed state instead of the tapped layers
         self.starts = [s.starts for s in self.shards]
         self.repeats = [int((repeats or {}).get(str(Path(f).parent), 1)) for f in folders]
 
@@ -90,9 +101,12 @@ class ShardData:
         sh = self.shards[ref.shard]
         s = int(self.starts[ref.shard][ref.index])
         e = s + ref.length
+        if self.need_final and sh.final is None:
+            raise ValueError(f"{sh.folder}: no final.npy (scripts/train_head.py finals)")
         return {
             "tokens": sh.tokens[s:e].astype(np.int64),
-            "feats": np.asarray(sh.feats[s:e]),
+            "feats": np.asarray(sh.feats[s:e]) if not self.need_final else None,
+            "final": np.asarray(sh.final[s:e]) if self.need_final else None,
             "ids": np.asarray(sh.topk_ids[s:e]).astype(np.int64),
             "logp": np.asarray(sh.topk_logp[s:e]).astype(np.float32),
             "plen": int(sh.plens[ref.index]),
@@ -134,22 +148,24 @@ def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[s
     seqs = [data.sequence(r) for r in refs]
     b, L = len(seqs), max(len(s["tokens"]) for s in seqs)
     k = seqs[0]["ids"].shape[1]
-    taps, d = seqs[0]["feats"].shape[1:]
+    key = "final" if seqs[0]["final"] is not None else "feats"
+    shape = seqs[0][key].shape[1:] if key == "feats" else (1, seqs[0][key].shape[-1])
     tokens = torch.zeros(b, L, dtype=torch.long)
-    feats = torch.zeros(b, L, taps, d, dtype=torch.bfloat16)
+    feats = torch.zeros(b, L, *shape, dtype=torch.bfloat16)
     ids = torch.zeros(b, L, k, dtype=torch.long)
     logp = torch.full((b, L, k), -30.0)
     w = torch.zeros(b, L)
     for r, s in enumerate(seqs):
         n = len(s["tokens"])
         tokens[r, :n] = torch.from_numpy(s["tokens"])
-        feats[r, :n] = from_bf16_bits(s["feats"])
+        feats[r, :n] = from_bf16_bits(s[key]).view(n, *shape)
         ids[r, :n] = torch.from_numpy(s["ids"])
         logp[r, :n] = torch.from_numpy(s["logp"])
         p = s["plen"]
         w[r, : max(p - 1, 0)] = prompt_weight
         w[r, max(p - 1, 0) : n - 1] = 1.0
-    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w}
+    # feats: [b, L, taps, d], the tapped layers or (one "tap") the final normed state
+    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w, "final": key}
 
 
 def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
@@ -167,6 +183,7 @@ def head_loss(
     t_logp: torch.Tensor,
     cols: torch.Tensor | None,
     overlap_weight: float,
+    kl_weight: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row ``(loss, kl, overlap)`` of compact draft ``logits`` ``[n, V']`` against the
     target's top-k ``t_ids`` / ``t_logp`` ``[n, K]`` (full-vocabulary ids).
@@ -188,7 +205,7 @@ def head_loss(
     kl = (p * (t_logp - torch.where(present, log_q, 0.0))).sum(-1)
     kl = kl + p_rest * (p_rest.log() - q_rest.log())
     overlap = warped_overlap_topk(lf, t_logp, c)
-    return kl + overlap_weight * (1.0 - overlap), kl, overlap
+    return kl_weight * kl + overlap_weight * (1.0 - overlap), kl, overlap
 
 
 def warped_overlap_topk(lf: torch.Tensor, t_logp: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

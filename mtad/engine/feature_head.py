@@ -266,18 +266,24 @@ class FeatureHead(nn.Module):
         vocab_ids: torch.Tensor | None = None,
         seed: int = 0,
     ) -> FeatureHead:
-        """A head initialised as the target's last layer over its last tap: ``fuse`` selects
-        the last tapped layer (the input of the target's last layer, for the default taps),
-        ``fc`` passes that feature through (the token embedding enters with small random
-        weights), the layer and final norm are copies of the target's. The head starts in the
-        target's own feature space and learns to look one token ahead."""
+        """A new head for ``target``, its layer a copy of the target's last layer.
+
+        * Reading the final normed state (tap -1, EAGLE-1/2's feature, no final norm): ``fc``
+          passes the feature through and the layer starts as the identity (its output
+          projections zero), so the head starts by repeating the previous position's state
+          and its regression onto the next one (:mod:`mtad.distill.head_train`) starts small.
+        * Reading fused tapped layers: ``fuse`` selects the last tap (the input of the target's
+          last layer for the default taps) and the copied layer and final norm run on it.
+
+        The token embedding enters ``fc`` with small random weights."""
         from mtad.engine.features import decoder_layers, final_norm
 
+        target.requires_grad_(False)  # frozen: its embeddings and logits head are shared
         head = cls(
             target.config,
             spec,
             target.get_input_embeddings(),
-            target.get_output_embeddings().weight,
+            target.get_output_embeddings().weight.detach(),
             vocab_ids,
         )
         head = head.to(torch.float32)
@@ -292,7 +298,11 @@ class FeatureHead(nn.Module):
             head.fc.weight[:, d:] = torch.eye(d)
             if head.fc.bias is not None:
                 head.fc.bias.zero_()
-            head.layers[0].load_state_dict(decoder_layers(target)[-1].state_dict())
+            layer = head.layers[0]
+            layer.load_state_dict(decoder_layers(target)[-1].state_dict())
+            if spec.taps == [FINAL_NORM_TAP]:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
             if head.norm is not None:
                 head.norm.load_state_dict(final_norm(target).state_dict())
         return head
