@@ -233,6 +233,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     spec = HeadSpec(taps=taps, fuse=not final, final_norm=not final)
     ids = torch.tensor(sorted(vocab)) if vocab else None
     head = FeatureHead.from_target(target, spec, ids, seed=args.seed)
+    if args.init_from:  # continue from a saved head (same layout and sub-vocabulary)
+        from mtad.engine.feature_head import load_head
+
+        saved = load_head(args.init_from, target, vocab).float()
+        head.load_state_dict(saved.state_dict())
     repeats = dict(r.split("=") for r in args.repeat) if args.repeat else {}
     cfg = HeadTrainConfig(
         depths=args.depths,
@@ -372,6 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--reg-weight", type=float, default=1.0, help="heads reading tap -1")
     t.add_argument("--feature-rms", type=float, default=1.0)
     t.add_argument("--depth-weights", default="1,1,1,1")
+    t.add_argument("--deep-fraction", type=float, default=1.0,
+                   help="share of positions scored at depths >= 2")
+    t.add_argument("--init-from", default=None, help="a saved head to continue from")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--ckpt-every-s", type=float, default=300.0)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from mtad.distill import objectives as O
 from mtad.distill.features import Shard, from_bf16_bits, load_shard
@@ -57,6 +58,7 @@ class HeadTrainConfig:
     # position (EAGLE-1/2, HASS), in units of that state's RMS; heads that read it (tap -1)
     reg_weight: float = 0.0
     feature_rms: float = 1.0
+    deep_fraction: float = 1.0  # share of positions scored at depths >= 2
     seed: int = 0
     source_repeats: dict[str, int] = field(default_factory=dict)  # shard dir -> passes per epoch
     ckpt_every_s: float = 300.0
@@ -235,9 +237,17 @@ def lr_at(cfg: HeadTrainConfig, step: int, total: int) -> float:
 
 
 def step_loss(
-    head: FeatureHead, batch: dict[str, torch.Tensor], cfg: HeadTrainConfig, cols
+    head: FeatureHead,
+    batch: dict[str, torch.Tensor],
+    cfg: HeadTrainConfig,
+    cols,
+    gen: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, dict[str, list[float]]]:
-    """Summed weighted loss of one micro-batch over every depth, and per-depth sums."""
+    """Summed weighted loss of one micro-batch over every depth, and per-depth sums.
+
+    Depths >= 2 score a random ``deep_fraction`` of their positions (weighted up by its
+    inverse, so the loss stays unbiased): the logits head over the sub-vocabulary is most of a
+    step's cost, and deeper depths then cost a fraction of depth 1."""
     w_all = batch["w"]
     L = w_all.shape[1]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
@@ -248,17 +258,25 @@ def step_loss(
     pos = torch.arange(L)
     for k, a in enumerate(outs, start=1):
         w = w_all * (pos >= k - 1)
+        if k > 1 and cfg.deep_fraction < 1.0:
+            keep = torch.rand(w.shape, generator=gen) < cfg.deep_fraction
+            w = w * keep / cfg.deep_fraction
         sel = w > 0
         if not bool(sel.any()):
-            stats["w"].append(0.0)
-            stats["kl"].append(0.0)
-            stats["overlap"].append(0.0)
+            for key in stats:
+                stats[key].append(0.0)
             continue
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
             logits = head.logits(a[sel])
         loss, kl, ov = head_loss(
-            logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight
+            logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight, cfg.kl_weight
         )
+        if cfg.reg_weight:
+            # the feature the head reads at the next position is its own output: regress it
+            # onto the target's (the final normed state, "feats" of a tap -1 head)
+            target = batch["feats"][:, :, 0][sel].float() / cfg.feature_rms
+            reg = F.smooth_l1_loss(a[sel].float() / cfg.feature_rms, target, reduction="none")
+            loss = loss + cfg.reg_weight * reg.mean(-1)
         ws = w[sel]
         total = total + cfg.depth_weights[k - 1] * (ws * loss).sum()
         stats["w"].append(float(ws.sum()))
@@ -347,8 +365,9 @@ def train(
             ]
             norm = sum(float(b["w"].sum()) for b in micro)
             sums: dict[str, np.ndarray] = {}
+            gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
             for b in micro:
-                loss, st = step_loss(head, b, cfg, cols)
+                loss, st = step_loss(head, b, cfg, cols, gen)
                 (loss / norm).backward()
                 for key, vals in st.items():
                     sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)

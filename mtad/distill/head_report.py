@@ -1,0 +1,89 @@
+"""What a trained feature-level head ships with: its report (held-out acceptance by depth and
+evaluation kind, data, objective, schedule, step cost, disjointness), its curve of held-out
+acceptance against training positions and CPU-hours, and its recipe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+EVAL_KINDS = ("humaneval", "mtbench", "default", "mtbench-turn2")
+ACCEPT_BAR, ACCEPT_GOAL = 0.5, 0.6  # held-out expected acceptance at every depth (issue 32)
+
+
+def read_curve(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_curve(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Held-out acceptance (all kinds, position-weighted) per depth against training positions
+    (left) and per kind at depth 1 (right), with CPU-hours on a secondary axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if r.get("heldout")]
+    if not rows:
+        return
+    xs = [r["positions"] / 1e6 for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
+    depths = sorted(k for k in rows[-1]["heldout"]["all"] if k.startswith("d"))
+    for d in depths:
+        ax[0].plot(xs, [r["heldout"]["all"][d] for r in rows], marker="o", label=f"depth {d[1:]}")
+    for kind in EVAL_KINDS:
+        if kind in rows[-1]["heldout"]:
+            ax[1].plot(xs, [r["heldout"].get(kind, {}).get("d1") for r in rows], marker=".",
+                       label=kind)
+    for a in ax:
+        a.axhline(ACCEPT_BAR, color="grey", ls="--", lw=0.8)
+        a.set_xlabel("training token-positions (millions, depth 1)")
+        a.set_ylabel("held-out expected acceptance")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    ax[0].set_title(f"{title}: all kinds, by depth")
+    ax[1].set_title("depth 1, by evaluation kind")
+    hours = [r["seconds"] / 3600 for r in rows]
+    top = ax[0].secondary_xaxis(
+        "top",
+        functions=(
+            lambda x: _interp(x, xs, hours),
+            lambda h: _interp(h, hours, xs),
+        ),
+    )
+    top.set_xlabel("CPU-hours of training (1 thread)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _interp(x, xs, ys):
+    import numpy as np
+
+    if len(xs) < 2:
+        return np.asarray(x) * (ys[0] / xs[0] if xs and xs[0] else 1.0)
+    return np.interp(x, xs, ys)
+
+
+def heldout_table(res: dict[str, dict[str, float]], depths: int) -> list[str]:
+    head = "| kind | prompts | positions | " + " | ".join(f"depth {d}" for d in
+                                                        range(1, depths + 1)) + " |"
+    lines = [head, "|" + "---|" * (3 + depths)]
+    for kind in (*EVAL_KINDS, "all"):
+        row = res.get(kind)
+        if row is None:
+            continue
+        cells = " | ".join(f"{row[f'd{d}']:.3f}" for d in range(1, depths + 1))
+        label = "all four (position-weighted)" if kind == "all" else kind
+        lines.append(f"| {label} | {row['prompts']} | {row['positions']} | {cells} |")
+    return lines
+
+
+def verdict(res: dict[str, dict[str, float]], depths: int) -> str:
+    worst = min(res[k][f"d{d}"] for k in EVAL_KINDS if k in res for d in range(1, depths + 1))
+    status = "meets" if worst >= ACCEPT_BAR else "is below"
+    return (f"Lowest held-out acceptance over the four kinds and depths 1..{depths}: "
+            f"**{worst:.3f}**, which {status} the bar of {ACCEPT_BAR} (goal {ACCEPT_GOAL}).")
