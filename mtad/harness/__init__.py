@@ -5,5 +5,5 @@
 lease the result folder (:mod:`.lease`), load and generate (:mod:`.generation`) under
 codecarbon (:mod:`.energy`), score, write ``results/<study>/<signature>/`` (:mod:`.records`)
 and one W&B run (:mod:`.wandb_logger`), print a summary (:mod:`.summary`, over
-:mod:`mtad.comparison`); sweeps end with :class:`.callbacks.SweepSummary`.
+:mod:`mtad.runs`); sweeps end with :class:`.callbacks.SweepSummary`.
 """

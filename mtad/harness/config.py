@@ -10,6 +10,7 @@ turns the first failure into a one-line :class:`ConfigError` that names the offe
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.message = message
         super().__init__(f"{key}: {message}")
 
     @classmethod
@@ -217,6 +219,8 @@ def validate(cfg: DictConfig) -> RunSpec:
             raise ConfigError(
                 str(key), f"unknown top-level key; known: {', '.join(sorted(known - {'hydra'}))}"
             )
+        if key != "hydra":
+            check_finite(str(key), OmegaConf.to_container(cfg[key], resolve=True))
     pair_node = cfg.get("pair")
     if pair_node is None:
         raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
@@ -271,6 +275,22 @@ def validate(cfg: DictConfig) -> RunSpec:
     return RunSpec(
         run_cfg, target, draft, str(method_name), params, params_dict, str(task_name), dtype_choice
     )
+
+
+def check_finite(key: str, value: Any) -> None:
+    """NaN and infinities are no setting: every float of the config is finite (a NaN slips
+    through every range check, ``nan < 0`` being false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value}")
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for name, item in items:
+        check_finite(f"{key}.{name}", item)
 
 
 def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mtad.harness.config import EnergyConfig
+from mtad.runs.folder import J_PER_KWH
 
 if TYPE_CHECKING:
     from codecarbon.emissions_tracker import BaseEmissionsTracker
@@ -25,8 +26,6 @@ CPU_MODES = {
     "cpu_load": "load_estimate",
     "constant": "tdp_estimate",
 }
-
-J_PER_KWH = 3.6e6
 
 
 def nvml_missing_warning(device: str) -> str:

@@ -9,7 +9,6 @@ never import it.
 from __future__ import annotations
 
 import gc
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +33,13 @@ def load_models(prep: Prepared) -> LoadedPair:
     """Target, and the draft only when the method uses one."""
     draft = prep.spec.draft if prep.method.uses_draft else None
     rt = prep.spec.cfg.runtime
-    print("dtype: " + "; ".join(
+    roles = (("target", prep.spec.target), ("draft", draft))
+    chosen = [
         f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
-        for role, model in (("target", prep.spec.target), ("draft", draft)) if model is not None))
+        for role, model in roles
+        if model is not None
+    ]
+    print("dtype: " + "; ".join(chosen))
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
     return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
 
@@ -65,9 +68,8 @@ def warmup(prep: Prepared, generator: TextGenerator) -> None:
 
 
 def task_kwargs(prep: Prepared, pair: LoadedPair) -> dict[str, Any]:
-    """``target_model`` for tasks whose ``generate`` also scores log-likelihoods (lm_eval)."""
-    params = inspect.signature(prep.task.generate).parameters
-    return {"target_model": pair.target.model} if "target_model" in params else {}
+    """``target_model`` for tasks whose ``generate`` also scores with it (lm_eval)."""
+    return {"target_model": pair.target.model} if prep.task.needs_target_model else {}
 
 
 class Progress:

@@ -1,9 +1,9 @@
 """Recipes rendered: tables (Markdown, LaTeX booktabs, CSV), figures (PNG + PDF), claims.
 
 Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
-baseline run by the one comparison rule, :mod:`mtad.comparison`), shown as
+baseline run by the one comparison rule, :mod:`mtad.runs.comparison`), shown as
 ``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
-``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.intervals`, named in each table's caption), and
+``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), and
 each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
 A cell without runs says why: ``not run: ...`` with the override that enables it,
 ``failed: ...``, ``pending: ...`` (MT-Bench without a judge) or ``missing``; a metric that does
@@ -19,19 +19,24 @@ from typing import Any
 
 import pandas as pd
 
-from mtad.comparison import (
+from mtad.harness.wandb_logger import wandb_run_id
+from mtad.paper.figures import ROW_KEYS, draw_figure
+from mtad.paper.plan import Plan
+from mtad.paper.recipes import Recipe
+from mtad.paper.rendered import Rendered
+from mtad.paper.status import RunStatus
+from mtad.runs.comparison import (
+    BY_COLUMN,
     CHANGE_COLUMNS,
     COMPARISON_COLUMNS,
     COMPARISONS,
     FACTOR_COLUMNS,
-    Comparison,
     add_comparisons,
     comparison_interval,
     paired_runs,
-    run_record,
 )
-from mtad.harness.wandb_logger import wandb_run_id
-from mtad.intervals import (
+from mtad.runs.frame import run_record
+from mtad.runs.intervals import (
     BOOTSTRAP_METHOD,
     MIN_PROMPTS,
     SEED_METHOD,
@@ -39,11 +44,6 @@ from mtad.intervals import (
     Interval,
     verdict,
 )
-from mtad.paper.figures import ROW_KEYS, draw_figure
-from mtad.paper.plan import Plan
-from mtad.paper.recipes import Recipe
-from mtad.paper.rendered import Rendered
-from mtad.paper.status import RunStatus
 
 NOT_APPLICABLE = "—"
 ENERGY_COLUMNS = (
@@ -55,7 +55,6 @@ ENERGY_COLUMNS = (
     "energy.gpu_mode",
     "energy.ram_mode",
 )
-COMPARISON_BY_COLUMN: dict[str, Comparison] = {c.column: c for c in COMPARISONS}
 CLAIMS_CAPTION = (
     "Verdict: holds (the interval lies entirely on the claimed side of no change), "
     "does not hold (entirely on the other side) or unresolved (it contains no change, "
@@ -75,7 +74,7 @@ INTERVAL_CAPTION = (
 
 def recipe_runs(plan: Plan, recipe: str) -> pd.DataFrame:
     """One row per planned run of ``recipe``: identity and state, and for a done run its
-    :func:`mtad.comparison.run_record` with the comparison columns (baselines from the whole
+    :func:`mtad.runs.frame.run_record` with the comparison columns (baselines from the whole
     plan: any recipe may hold them). A run shared by recipes appears in each."""
     cache: dict[str, dict[str, Any]] = {}
     df = pd.DataFrame([_planned_row(status, cache) for status in plan.statuses(recipe)])
@@ -159,7 +158,7 @@ def group_interval(
     pair and task), each paired with its baseline run in ``baselines`` (default ``group``)."""
     done = group[group["state"] == "done"] if "state" in group else group
     base = group if baselines is None or baselines.empty else baselines
-    return comparison_interval(paired_runs(done, COMPARISON_BY_COLUMN[column], base))
+    return comparison_interval(paired_runs(done, BY_COLUMN[column], base))
 
 
 def _interval_text(interval: Interval, column: str, mean: float) -> str:
@@ -192,7 +191,7 @@ def aggregate(
                 mean = sum(vals) / len(vals)
                 std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
                 interval = None
-                if column in COMPARISON_BY_COLUMN:
+                if column in BY_COLUMN:
                     interval = group_interval(group, column, baselines)
                     row[column] = _interval_text(interval, column, mean)
                 else:
@@ -254,7 +253,7 @@ def claims_table(
 ) -> pd.DataFrame:
     """One row per claim of ``recipe`` and (pair, task) with comparable runs: the paper's
     figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
-    interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
+    interval (:func:`mtad.runs.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
     then the same estimate as numbers (:data:`CLAIM_NUMBERS`). A claim without comparable runs
     gets one ``unresolved`` row that says so."""
     baselines = runs if baselines is None else baselines
@@ -341,7 +340,7 @@ def _escape_latex(text: str) -> str:
 
 def table_caption(columns: Sequence[str]) -> str | None:
     """:data:`INTERVAL_CAPTION` for a table with a ratio or change column, else None."""
-    return INTERVAL_CAPTION if set(columns) & set(COMPARISON_BY_COLUMN) else None
+    return INTERVAL_CAPTION if set(columns) & set(BY_COLUMN) else None
 
 
 def write_table(

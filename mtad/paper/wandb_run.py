@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from mtad.comparison import COMPARISON_COLUMNS
-from mtad.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, VERDICTS
 from mtad.paper.rendered import Rendered
+from mtad.runs.comparison import COMPARISON_COLUMNS
+from mtad.runs.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, VERDICTS
 
 ANALYSIS_JOB_TYPE = "analysis"
 REPORT_DIR = "report"

@@ -77,6 +77,7 @@ class HFPerplexityTask(Task):
     default_max_prompt_tokens: ClassVar[int | None] = None
     fields: ClassVar[tuple[str, ...]]  # what a local copy must hold
     primary_metric = "rougeL"
+    score_record = "rougeL"
 
     def __init__(
         self,
@@ -231,6 +232,7 @@ class ChatAlpacaTask(HFPerplexityTask):
     )
     fields = ("conversations",)
     primary_metric = None  # the v1 paper reports perplexity on it; ROUGE is recorded
+    score_record = None
 
     def rows_to_samples(self, rows: list[dict[str, Any]]) -> list[Sample]:
         samples = []
@@ -253,6 +255,7 @@ class ChatGPTPromptsTask(HFPerplexityTask):
     default_max_prompt_tokens = 512
     fields = ("human_prompt", "chatgpt_response")
     primary_metric = None
+    score_record = None
 
     def rows_to_samples(self, rows: list[dict[str, Any]]) -> list[Sample]:
         return [
