@@ -1,4 +1,4 @@
-"""The one comparison rule (mtad.comparison): which runs are paired, and per-prompt pairing."""
+"""The one comparison rule (mtad.runs.comparison): which runs are paired, and per-prompt pairing."""
 
 from __future__ import annotations
 

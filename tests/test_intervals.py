@@ -1,4 +1,4 @@
-"""The comparison intervals (mtad.intervals) on data with a known answer, and the claims'
+"""The comparison intervals (mtad.runs.intervals) on data with a known answer, and the claims'
 verdicts as the renderer writes them (mtad.paper.render.claims_table) counted for W&B."""
 
 from __future__ import annotations

@@ -5,10 +5,7 @@ quick tables read results without torch or Hydra."""
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -167,31 +164,3 @@ def test_a_study_rerun_on_another_cpu_compares_every_new_run_on_that_cpu(
     assert len(new_rows) == 3
     assert new_rows["speed-up vs AR"].notna().all()
     assert new_rows["speed-up vs SpS"].notna().all()
-
-
-def test_make_tables_imports_neither_torch_nor_hydra(tmp_path: Path) -> None:
-    """``analysis/make_tables.py <study>`` reads result folders through mtad.runs alone."""
-    folder = tmp_path / "s" / "ar-tiny-prompts-0"
-    metrics = {"study": "s", "pair": "tiny", "task": "prompts", "method": "ar", "seed": 0}
-    metrics |= {"device": "cpu", "new_tokens": 4, "ms_per_token": 2.0, "params": {}}
-    for name in ("config.yaml", "samples.jsonl", "timings.jsonl", "environment.json"):
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text("{}\n")
-    (folder / "metrics.json").write_text(json.dumps(metrics))
-    probe = (
-        "import runpy, sys\n"
-        f"sys.argv = ['make_tables.py', 's', '--root', {str(tmp_path)!r}]\n"
-        "try:\n"
-        f"    runpy.run_path({str(REPO / 'analysis' / 'make_tables.py')!r}, run_name='__main__')\n"
-        "except SystemExit as stop:\n"
-        "    assert not stop.code, stop.code\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'hydra', 'omegaconf')"
-        " if m in sys.modules)\n"
-        "print('imported:', ','.join(heavy) or 'none', file=sys.stderr)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "== speed (s, 1 runs)" in out.stdout
-    assert out.stderr.strip().splitlines()[-1] == "imported: none"

@@ -129,6 +129,18 @@ def gpu_ids(pair: LoadedPair) -> list[int]:
     return list(loading.placement(pair.target.model, draft)["gpu_ids"])
 
 
+def model_facts(pair: LoadedPair, memory_before_load: dict[str, int]) -> dict[str, Any]:
+    """``metrics.json``'s record of the loaded models: each one's logits head (``lm_head``) and,
+    for a CPU head, the kernel each row count ran (``lm_head_kernels``), and where they lived
+    (``placement``, with the GPU memory the run found allocated before it loaded)."""
+    runners = [r for r in (pair.target, pair.draft) if r is not None]
+    return {
+        "lm_head": {r.role: r.head for r in runners},
+        "lm_head_kernels": {r.role: r.head_kernels for r in runners},
+        "placement": {**placement(pair), "gpu_memory_before_load_bytes": memory_before_load},
+    }
+
+
 def placement(pair: LoadedPair) -> dict[str, Any]:
     """``metrics.json`` ``placement``: devices and ``hf_device_map`` per role, GPUs used, and
     the peak GPU memory per used GPU over load, warm-up and generation (bytes)."""
@@ -150,6 +162,7 @@ __all__ = [
     "configure_torch",
     "gpu_ids",
     "load_models",
+    "model_facts",
     "placement",
     "release_memory",
     "reset_peak_memory",

@@ -178,13 +178,7 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
         records, timings = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
-        runners = [r for r in (pair.target, pair.draft) if r is not None]
-        metrics["lm_head"] = {r.role: r.head for r in runners}
-        metrics["lm_head_kernels"] = {r.role: r.head_kernels for r in runners}
-        metrics["placement"] = {
-            **generation.placement(pair),
-            "gpu_memory_before_load_bytes": memory_before_load,
-        }
+        metrics.update(generation.model_facts(pair, memory_before_load))
         metrics["wandb"] = logger.info()
         with _writing(prep):
             write_outputs(prep, records, timings)

@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from mtad.runs.hardware import cpu_hardware, cpu_model, device_kind
@@ -113,13 +114,8 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def _memory_gb() -> float | None:
-    try:
-        import psutil  # optional: without it memory_gb is null
-
-        return round(psutil.virtual_memory().total / 2**30, 1)
-    except ImportError:
-        return None
+def _memory_gb() -> float:
+    return round(psutil.virtual_memory().total / 2**30, 1)
 
 
 def slurm_job() -> dict[str, str] | None:

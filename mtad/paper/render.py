@@ -374,49 +374,58 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
     baselines = plan_baselines(plan)
     for recipe in plan.recipes:
         runs = recipe_runs(plan, recipe.name)
-        sections += [
-            f"## {recipe.title} (`experiments/{recipe.name}.yaml`)",
-            "",
-            recipe.reproduces,
-            "",
-        ]
-        if recipe.table.get("columns"):
-            table, numeric = recipe_table(recipe, runs, baselines)
-            caption = table_caption(list(recipe.table["columns"]))
-            write_table(table, numeric, out_dir / "tables" / recipe.name, caption)
-            rendered.tables[recipe.name] = table
-            rendered.numeric[recipe.name] = numeric
-            sections += [table.to_markdown(index=False), ""]
-            sections += [f"Table: {caption}", ""] if caption else []
-        if recipe.claims:
-            claims = claims_table(recipe, runs, baselines)
-            shown = claims[list(CLAIM_COLUMNS)]
-            caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
-            write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
-            rendered.tables[recipe.name] = shown
-            rendered.claims = claims
-            sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
-        for spec in recipe.figures:
-            name = f"{recipe.name}_{spec['name']}"
-            path = out_dir / "figures" / name
-            if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
-                rendered.figures[name] = path.with_suffix(".png")
-                sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
-            else:
-                sections += [f"*{name}: no completed runs to draw.*", ""]
+        sections += render_recipe(recipe, runs, baselines, out_dir, rendered)
         if not runs.empty:
             ratio_frames.append(runs)
-            done = runs[runs["state"] == "done"]
-            pairs = done[["study", "signature"]] if "study" in done.columns else done[[]]
-            for study, sig in pairs.dropna().itertuples(index=False):
-                run_id = wandb_run_id(str(study), str(sig))  # the id the harness run logged under
-                if run_id not in rendered.run_ids:
-                    rendered.run_ids.append(run_id)
+            _add_run_ids(runs, rendered)
     rendered.ratios = _ratios(ratio_frames)
     rendered.markdown = "\n".join(sections)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "paper.md").write_text(rendered.markdown)
     return rendered
+
+
+def render_recipe(
+    recipe: Recipe, runs: pd.DataFrame, baselines: pd.DataFrame, out_dir: Path, rendered: Rendered
+) -> list[str]:
+    """One recipe's table or claims and figures, written under ``out_dir`` and kept in
+    ``rendered``; its section of ``paper.md`` (lines)."""
+    sections = [f"## {recipe.title} (`experiments/{recipe.name}.yaml`)", "", recipe.reproduces, ""]
+    if recipe.table.get("columns"):
+        table, numeric = recipe_table(recipe, runs, baselines)
+        caption = table_caption(list(recipe.table["columns"]))
+        write_table(table, numeric, out_dir / "tables" / recipe.name, caption)
+        rendered.tables[recipe.name] = table
+        rendered.numeric[recipe.name] = numeric
+        sections += [table.to_markdown(index=False), ""]
+        sections += [f"Table: {caption}", ""] if caption else []
+    if recipe.claims:
+        claims = claims_table(recipe, runs, baselines)
+        shown = claims[list(CLAIM_COLUMNS)]
+        caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
+        write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
+        rendered.tables[recipe.name] = shown
+        rendered.claims = claims
+        sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
+    for spec in recipe.figures:
+        name = f"{recipe.name}_{spec['name']}"
+        path = out_dir / "figures" / name
+        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
+            rendered.figures[name] = path.with_suffix(".png")
+            sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
+        else:
+            sections += [f"*{name}: no completed runs to draw.*", ""]
+    return sections
+
+
+def _add_run_ids(runs: pd.DataFrame, rendered: Rendered) -> None:
+    """The W&B run ids the done runs of ``runs`` logged under, once each."""
+    done = runs[runs["state"] == "done"]
+    pairs = done[["study", "signature"]] if "study" in done.columns else done[[]]
+    for study, sig in pairs.dropna().itertuples(index=False):
+        run_id = wandb_run_id(str(study), str(sig))
+        if run_id not in rendered.run_ids:
+            rendered.run_ids.append(run_id)
 
 
 def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -233,7 +233,7 @@ def score_outputs(
     result = task.score(outputs)
     if target_model is None:
         return result
-    from mtad.tasks.quality import score_perplexity  # torch: see the imports at the top
+    from mtad.tasks.quality import score_perplexity
 
     gens = [g for o in outputs for g in o.generations]
     ppl = score_perplexity(target_model, [g.prompt_ids for g in gens], [g.output_ids for g in gens])
@@ -249,7 +249,7 @@ def score_outputs(
 
 def total_stats(outputs: Sequence[SampleOutput]) -> DecodeStats:
     """All generations' decoder counters summed."""
-    from mtad.engine import DecodeStats  # torch: see the imports at the top
+    from mtad.engine import DecodeStats
 
     return DecodeStats.total([g.stats for o in outputs for g in o.generations if g.stats])
 

@@ -217,11 +217,6 @@ class SpiderTask(Task):
             )
         return samples
 
-    def execution_match(self, db_id: str, gold: str, predicted: str) -> tuple[bool, str]:
-        """(correct, error message) for one prediction."""
-        correct, _, error = self._execute(db_id, gold, predicted)
-        return correct, error
-
     def _execute(self, db_id: str, gold: str, predicted: str) -> tuple[bool, bool, str]:
         """(correct, correct by the authors' set comparison, error message)."""
         path = self.db_path(db_id)
