@@ -53,7 +53,7 @@ def check_command_line(argv: list[str], conf_dir: Path) -> None:
         return
     overrides = parse_overrides(list(args.overrides))
     register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         try:  # what Hydra composes to learn the run mode, with the same errors as the run
             cfg = loader.load_configuration(
