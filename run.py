@@ -29,7 +29,7 @@ def main(cfg: DictConfig) -> None:
     # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
     # group-choice check (under __main__) do not need.
     from mtad.harness.job import run_from_hydra
-    from mtad.harness.results import ResultsNotWritten
+    from mtad.runs.folder import ResultsNotWritten
 
     try:
         run_from_hydra(cfg)

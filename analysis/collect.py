@@ -9,7 +9,7 @@ Columns: the flat metrics (``ms_per_token``, ``acceptance_rate``, ``ppl``, ...),
 identity (``study``, ``pair``, ``method``, ``task``, ``seed``, ``signature``), nested blocks as
 dotted columns (``params.gamma``, ``energy.j_per_token``, ``overhead_s.load_models``), plus
 ``label`` (method and the params that vary in the study) and ``result_dir``.
-In Python: ``from analysis.collect import collect`` or ``mtad.comparison.load_study``.
+In Python: ``from analysis.collect import collect`` or ``mtad.runs.frame.load_study``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mtad.comparison import load_study
+from mtad.runs.frame import load_study
 
 SHOW = [
     "study",

@@ -8,7 +8,7 @@ Tables (rows: pair, task, method label; values averaged over seeds, ``seeds`` co
 
 * ``speed``: ms/token, speed-up versus ``ar`` and versus ``sps``, acceptance rate, tokens per
   target forward. A ratio is taken between runs whose configs differ only in the method, on the
-  same hardware (the one rule of :mod:`mtad.comparison`, which the paper's tables use too), then
+  same machine (the one rule of :mod:`mtad.runs.comparison`, which the paper's tables use too), then
   averaged over seeds; it is empty when the study has no baseline run (add one:
   ``python run.py -m ... +sweep=methods``).
 * ``quality``: perplexity (the authors' per-sample mean and the token-weighted one), its change
@@ -25,12 +25,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from mtad.comparison import load_study, study_tables
+from mtad.runs.frame import load_study
+from mtad.runs.tables import study_tables
 
 
 def make_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """``{name: table}``: one row per (pair, task, method label), averaged over seeds
-    (:func:`mtad.comparison.study_tables`)."""
+    (:func:`mtad.runs.tables.study_tables`)."""
     return study_tables(runs)
 
 

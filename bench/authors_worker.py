@@ -79,6 +79,70 @@ def load_model(path: str, dtype):
     return model.eval()
 
 
+def start(msg: dict, state: dict, torch: types.ModuleType) -> dict:
+    """``init``: load both models and the authors' generator with the run's settings."""
+    torch.set_num_threads(int(msg.get("threads", 1)))
+    # The authors' checkout is no installed package: its modules (`inference`, `utils`)
+    # import each other as top-level names from their `src/`, so that folder goes on
+    # the path of this separate interpreter (never of ours).
+    sys.path.insert(0, msg["src"])
+    stub_pandas()
+    import transformers
+    from inference.generate import MTADGenerator  # the authors' module
+
+    dtype = getattr(torch, msg["dtype"])
+    target = load_model(msg["target"], dtype)
+    draft = load_model(msg["draft"], getattr(torch, msg.get("draft_dtype", msg["dtype"])))
+    s = msg["settings"]
+    gen = MTADGenerator(
+        draft,
+        target,
+        eos_token_id=int(msg["eos"]),
+        k_config=tuple([1] * s["gamma"]),
+        beam_width=s["beam_width"],
+        accept_thres=s["tau"],
+        max_new_tokens=int(msg["max_new"]),
+        draft_model_temp=s["temperature"],
+        target_model_temp=s["temperature"],
+        replacement=False,
+        tree_attn=False,
+        top_k=s["top_k"],
+        top_p=s["top_p"],
+    )
+    clock = Clock([target.model, target.lm_head, draft.model, draft.lm_head])
+    state.update(gen=gen, clock=clock, target=target)
+    return {
+        "ok": True,
+        "strategy": type(gen.strategy).__name__,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "rope_theta": [target.config.rope_theta, draft.config.rope_theta],
+    }
+
+
+def generate(msg: dict, state: dict, torch: types.ModuleType) -> dict:
+    """``gen``: one prompt through the authors' generator, timed."""
+    gen, clock = state["gen"], state["clock"]
+    gen.max_new_tokens = int(msg["max_new"])
+    ids = torch.tensor([msg["ids"]], dtype=torch.long)
+    torch.manual_seed(int(msg["seed"]))
+    clock.seconds, clock.calls = 0.0, 0
+    d0, v0 = gen.draft_time, gen.verify_time
+    begin = time.perf_counter()
+    with torch.no_grad():
+        out = gen.generate(ids)
+    wall = time.perf_counter() - begin
+    return {
+        "tokens": out.sequences[0, ids.shape[1] :].tolist(),
+        "wall": wall,
+        "forward_s": clock.seconds,
+        "iterations": int(out.invocation_count),
+        "accepted": int(out.acceptance_count),
+        "draft_s": gen.draft_time - d0,
+        "verify_s": gen.verify_time - v0,
+    }
+
+
 def main() -> None:
     import torch
 
@@ -87,67 +151,9 @@ def main() -> None:
         msg = json.loads(line)
         cmd = msg["cmd"]
         if cmd == "init":
-            torch.set_num_threads(int(msg.get("threads", 1)))
-            # The authors' checkout is no installed package: its modules (`inference`, `utils`)
-            # import each other as top-level names from their `src/`, so that folder goes on
-            # the path of this separate interpreter (never of ours).
-            sys.path.insert(0, msg["src"])
-            stub_pandas()
-            import transformers
-            from inference.generate import MTADGenerator  # the authors' module
-
-            dtype = getattr(torch, msg["dtype"])
-            target = load_model(msg["target"], dtype)
-            draft = load_model(msg["draft"], getattr(torch, msg.get("draft_dtype", msg["dtype"])))
-            s = msg["settings"]
-            gen = MTADGenerator(
-                draft,
-                target,
-                eos_token_id=int(msg["eos"]),
-                k_config=tuple([1] * s["gamma"]),
-                beam_width=s["beam_width"],
-                accept_thres=s["tau"],
-                max_new_tokens=int(msg["max_new"]),
-                draft_model_temp=s["temperature"],
-                target_model_temp=s["temperature"],
-                replacement=False,
-                tree_attn=False,
-                top_k=s["top_k"],
-                top_p=s["top_p"],
-            )
-            clock = Clock([target.model, target.lm_head, draft.model, draft.lm_head])
-            state.update(gen=gen, clock=clock, target=target)
-            reply(
-                {
-                    "ok": True,
-                    "strategy": type(gen.strategy).__name__,
-                    "transformers": transformers.__version__,
-                    "torch": torch.__version__,
-                    "rope_theta": [target.config.rope_theta, draft.config.rope_theta],
-                }
-            )
+            reply(start(msg, state, torch))
         elif cmd == "gen":
-            gen, clock = state["gen"], state["clock"]
-            gen.max_new_tokens = int(msg["max_new"])
-            ids = torch.tensor([msg["ids"]], dtype=torch.long)
-            torch.manual_seed(int(msg["seed"]))
-            clock.seconds, clock.calls = 0.0, 0
-            d0, v0 = gen.draft_time, gen.verify_time
-            start = time.perf_counter()
-            with torch.no_grad():
-                out = gen.generate(ids)
-            wall = time.perf_counter() - start
-            reply(
-                {
-                    "tokens": out.sequences[0, ids.shape[1] :].tolist(),
-                    "wall": wall,
-                    "forward_s": clock.seconds,
-                    "iterations": int(out.invocation_count),
-                    "accepted": int(out.acceptance_count),
-                    "draft_s": gen.draft_time - d0,
-                    "verify_s": gen.verify_time - v0,
-                }
-            )
+            reply(generate(msg, state, torch))
         elif cmd == "quit":
             reply({"ok": True})
             return

@@ -23,6 +23,7 @@ import argparse
 import functools
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -58,6 +59,32 @@ def head_weights(args: argparse.Namespace) -> dict[str, torch.Tensor]:
     return heads
 
 
+def time_kernels(
+    x: torch.Tensor, weight: torch.Tensor, transposed: Any, table: Any, reps: int
+) -> list[Any]:
+    """One table row: every kernel's time for ``x @ weight.T``, the one the kernel table picks
+    for this row count, how far it is from the fastest and from ``linear``, and the largest
+    difference between the kernels' results (relative to the largest logit)."""
+    rows = x.shape[0]
+    kernels = {
+        k: (lambda k=k, x=x, w=weight, t=transposed: project_rows(k, x, w, t)) for k in HEAD_KERNELS
+    }
+    with torch.inference_mode():
+        ours = head_kernel(weight, rows, table, transposed)
+        ms = interleaved_ms(kernels, reps)
+        want = kernels["linear"]().float()
+        scale = float(want.abs().max()) or 1.0
+        diff = max(float((f().float() - want).abs().max()) for f in kernels.values())
+    fastest = min(ms.values())
+    return [
+        *(ms[k] for k in HEAD_KERNELS),
+        ours,
+        f"{ms[ours] / fastest:.3f}",
+        f"{ms['linear'] / ms[ours]:.2f}",
+        diff / scale,
+    ]
+
+
 def main(argv: list[str] | None = None) -> list[list]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_common_args(ap)
@@ -82,28 +109,7 @@ def main(argv: list[str] | None = None) -> list[list]:
             transposed = functools.cache(lambda w=weight: w.T.contiguous())
             for rows in rows_list:
                 x = (torch.randn(rows, weight.shape[1], generator=gen)).to(dtype)
-                kernels = {
-                    k: (lambda k=k, x=x, w=weight, t=transposed: project_rows(k, x, w, t))
-                    for k in HEAD_KERNELS
-                }
-                with torch.inference_mode():
-                    ours = head_kernel(weight, rows, table, transposed)
-                    ms = interleaved_ms(kernels, args.reps)
-                    want = kernels["linear"]().float()
-                    scale = float(want.abs().max()) or 1.0
-                    diff = max(float((f().float() - want).abs().max()) for f in kernels.values())
-                fastest = min(ms.values())
-                out.append(
-                    [
-                        name,
-                        rows,
-                        *(ms[k] for k in HEAD_KERNELS),
-                        ours,
-                        f"{ms[ours] / fastest:.3f}",
-                        f"{ms['linear'] / ms[ours]:.2f}",
-                        diff / scale,
-                    ]
-                )
+                out.append([name, rows, *time_kernels(x, weight, transposed, table, args.reps)])
         common.print_table(
             f"output projection, {str(dtype).removeprefix('torch.')} "
             "(ms, process CPU time; median)",

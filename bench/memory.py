@@ -197,6 +197,12 @@ def cache_bytes(args: argparse.Namespace) -> dict[str, dict]:
             }
     print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
+    print_cache_bytes(args, results)
+    return results
+
+
+def print_cache_bytes(args: argparse.Namespace, results: dict[str, dict]) -> None:
+    """The table of :func:`cache_bytes`: rows per iteration, and whether the tokens match."""
     print(f"{args.prompts} prompts x max {args.max_new} new tokens, method defaults")
     rows = []
     for label, r in results.items():
@@ -228,7 +234,6 @@ def cache_bytes(args: argparse.Namespace) -> dict[str, dict]:
         ],
         rows,
     )
-    return results
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict]:
@@ -262,6 +267,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         results[m] = json.loads(out.stdout.strip().splitlines()[-1])
     print(common.environment_line(args))
     print(f"pair: {next(iter(results.values()))['pair']}")
+    print_memory(args, results)
+    return results
+
+
+def print_memory(args: argparse.Namespace, results: dict[str, dict]) -> None:
+    """The table of :func:`main`: resident memory per method and its growth per round."""
     print(
         f"{args.prompts} prompts x max {args.max_new} new tokens, {args.rounds} rounds, "
         "one fresh process per method"
@@ -295,7 +306,6 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         ],
         rows,
     )
-    return results
 
 
 if __name__ == "__main__":

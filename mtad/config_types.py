@@ -15,6 +15,7 @@ No torch, no package imports: :mod:`mtad.harness.config` (imported before Hydra 
 from __future__ import annotations
 
 import collections.abc
+import difflib
 import inspect
 import types
 import typing
@@ -126,3 +127,13 @@ def keyword_hints(cls: type) -> dict[str, Any]:
             if p.kind is p.KEYWORD_ONLY and p.name in found:
                 out[p.name] = found[p.name]
     return out
+
+
+def unknown_key(key: str, known: list[str], where: str) -> str:
+    """The message for a key that is not among ``known``: the closest one when there is one
+    (``method.gama`` -> ``did you mean method.gamma?``), else the list."""
+    section, _, name = key.rpartition(".")
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"not {where}; did you mean {section + '.' if section else ''}{close[0]}?"
+    return f"not {where} (has {', '.join(sorted(known))})" if known else f"not {where}"

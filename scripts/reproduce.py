@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,12 +32,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere: the repository's packages
 
+from mtad.harness.results import environment  # noqa: E402
 from mtad.paper import wandb_publish  # noqa: E402
 from mtad.paper.plan import Plan, describe, make_plan  # noqa: E402
 from mtad.paper.recipes import PROFILES, RecipeError  # noqa: E402
 from mtad.paper.render import render  # noqa: E402
 from mtad.paper.rendered import Rendered  # noqa: E402
 from mtad.paper.status import hydra_composer  # noqa: E402
+from mtad.runs.folder import write_json  # noqa: E402
 
 EXIT_USAGE = 2
 
@@ -107,8 +110,6 @@ def launch_command(args: argparse.Namespace) -> list[str]:
 
 
 def shell_line(argv: list[str]) -> str:
-    import shlex
-
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -175,8 +176,6 @@ def publish_wandb(rendered: Rendered, publish: bool, wandb_dir: str) -> None:
 
 def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
     """Tables, figures, paper.md and the report (no samples, no W&B folders) to ``dest``."""
-    from mtad.harness.results import environment, write_json
-
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)

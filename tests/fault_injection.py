@@ -48,7 +48,7 @@ class FailAtGeneration(Callback):
 
 
 class _FullDiskOS:
-    """``os`` as :mod:`mtad.harness.results` sees it on a full disk: ``fsync`` of a written
+    """``os`` as :mod:`mtad.runs.folder` sees it on a full disk: ``fsync`` of a written
     file fails with ENOSPC (a write-back failure, as the kernel reports it), all else is ``os``."""
 
     def __init__(self, real: Any) -> None:
@@ -73,14 +73,14 @@ class FullDisk(Callback):
         self.saved: Any = None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtad.harness import results
+        from mtad.runs import folder as results
 
         self.saved = results.os
         results.os = _FullDiskOS(results.os)  # type: ignore[assignment]
 
     def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.saved is not None:
-            from mtad.harness import results
+            from mtad.runs import folder as results
 
             results.os = self.saved  # type: ignore[assignment]
             self.saved = None

@@ -104,7 +104,7 @@ def prepare_inputs(overrides: list[str]):  # noqa: ANN201 - Prepared
     """What run.py does before the task function loads a model."""
     from mtad.harness.job import prepare
 
-    check_command_line(overrides, CONF)
+    check_command_line(["+experiment=smoke", *overrides], CONF)
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["+experiment=smoke", *overrides])
     return prepare(cfg)
@@ -163,7 +163,10 @@ def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         "runtime.device=mps",
         "+foo=1",
         "method=sps method.gamma=1000",
-        "runtime.seed=abc",  # refused before Hydra composes (its error is multi-line)
+        "runtime.seed=abc",  # refused before Hydra runs (its error is multi-line)
+        "method.gama=4",  # a typo: Hydra's error spans lines
+        "method.gamma=2,3",  # a sweep without -m: Hydra's error spans lines
+        "energy.measure_power_secs=nan",
     ],
 )
 def test_run_py_exits_2_with_the_table_line(inp: str, tmp_path: Path) -> None:
@@ -213,6 +216,21 @@ def test_sweep_with_one_bad_job_runs_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "sweep2").exists()  # Hydra never reached the launcher
     assert not (tmp_path / "wandb").exists()
 
+    # an unknown choice in the second job: nothing runs either
+    out = run_py(
+        "-m",
+        "+experiment=smoke",
+        "method=ar,foo",
+        f"results.root={tmp_path / 'results'}",
+        f"logger.dir={tmp_path}",
+        f"hydra.sweep.dir={tmp_path / 'sweep3'}",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("error: method: unknown method 'foo'; choose from ar, "), line
+    assert "[job 1: " in line and " method=foo " in line, line
+
 
 def test_the_table_has_the_inputs_of_issue_19() -> None:
     inputs = " ".join(r[0] for r in ROWS)
@@ -230,7 +248,7 @@ def test_full_results_disk_is_one_line(tmp_path: Path) -> None:
     """The disk fills up when the finished run writes its folder: one line saying what could not
     be written and that nothing counts as complete, exit status 1, and the folder is not
     complete (no metrics.json), so the next run redoes it."""
-    from mtad.harness.results import is_complete
+    from mtad.runs.folder import is_complete
 
     (row,) = [r for r in ROWS if FULL_DISK in r[0]]
     results = tmp_path / "results"

@@ -1,4 +1,4 @@
-"""The one comparison rule (mtad.comparison): which runs are paired, and per-prompt pairing."""
+"""The one comparison rule (mtad.runs.comparison): which runs are paired, and per-prompt pairing."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from mtad.comparison import (
+from mtad.runs.comparison import (
     COMPARISONS,
     add_comparisons,
-    load_study,
     paired_runs,
     paired_samples,
 )
-from mtad.harness.results import write_atomic, write_json
+from mtad.runs.folder import write_atomic, write_json
+from mtad.runs.frame import load_study
 
 SPEEDUP_VS_AR = next(c for c in COMPARISONS if c.column == "speedup_vs_ar")
 

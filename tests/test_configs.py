@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.engine.spec import ModelSpec
-from mtad.harness.cli import check_group_choices
+from mtad.harness.cli import check_command_line
 from mtad.harness.config import ConfigError, validate
-from mtad.harness.signature import run_signature
+from mtad.runs.identity import RunIdentity
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -166,19 +166,19 @@ def test_bad_values_name_their_key_on_one_line(smoke: DictConfig, override: str,
     [
         (["method=foo"], "method"),
         (["pair=nope"], "pair"),
-        (["-m", "method=ar,foo"], "method"),
         (["+experiment=llama7b"], "experiment"),
         (["task=glue"], "task"),
+        (["hydra/launcher=nope"], "hydra/launcher"),
     ],
 )
 def test_unknown_group_choice_is_caught_before_hydra(argv: list[str], key: str) -> None:
     with pytest.raises(ConfigError) as info:
-        check_group_choices(argv, CONF)
+        check_command_line(argv, CONF)
     assert info.value.key == key and "choose from" in str(info.value)
 
 
 def test_known_group_choices_pass() -> None:
-    check_group_choices(
+    check_command_line(
         [
             "-m",
             "method=ar,mtad",
@@ -189,6 +189,28 @@ def test_known_group_choices_pass() -> None:
         ],
         CONF,
     )
+    # a preset that sweeps (the paper presets run their recipes) takes several values too
+    check_command_line(["+experiment=llama70b", "method.gamma=2,3"], CONF)
+
+
+@pytest.mark.parametrize(
+    ("argv", "key", "message"),
+    [
+        (["method.gama=4"], "method.gama", "not a parameter of 'mtad'; did you mean method.gamma?"),
+        (["method=ar", "method.gamma=4"], "method.gamma", "not a parameter of 'ar' (has "),
+        (["pair.target.dtyp=x"], "pair.target.dtyp", "did you mean pair.target.dtype?"),
+        (["runtime.seed=abc"], "runtime.seed", "must be an integer, got 'abc'"),
+        (["--cfg", "job", "method.tau=0.1,0.2"], "method.tau", "0.1,0.2 is several values"),
+        (["method.gamma=[1"], "overrides", "no viable alternative at input '[1'"),
+    ],
+)
+def test_command_line_errors_are_one_line_naming_the_key(
+    argv: list[str], key: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_command_line(argv, CONF)
+    assert info.value.key == key and message in info.value.message
+    assert "\n" not in str(info.value)
 
 
 def _signature(cfg: DictConfig, *assignments: str) -> str:
@@ -199,14 +221,15 @@ def _signature(cfg: DictConfig, *assignments: str) -> str:
 
 def test_signature_ignores_logging_device_and_output_keys(smoke: DictConfig) -> None:
     base = _signature(smoke)
-    assert _signature(compose_cfg("+experiment=smoke", "logger=none", "energy=none")) == base
+    assert _signature(compose_cfg("+experiment=smoke", "logger=none")) == base
     same = [
         "logger.project=other",
-        "energy.tracking_mode=machine",
+        "energy.country_iso_code=FRA",
+        "energy.log_level=info",
         "results.root=elsewhere",
         "results.study=other",
-        "runtime.threads=2",
         "runtime.progress=false",
+        "runtime.device=cpu",
         "tags=[x]",
     ]
     for assignment in same:
@@ -228,13 +251,23 @@ def test_signature_follows_result_relevant_keys(smoke: DictConfig) -> None:
         "task.limit=1",
         "pair.draft.tiny.seed=5",
         "runtime.warmup_tokens=0",
+        "runtime.threads=2",  # the thread count decides a CPU run's timing
+        "energy.measure_power_secs=5",  # polling shares the cores with decoding
+        "energy.tracking_mode=machine",
     ]
     sigs = {_signature(smoke, a) for a in changed}
     sigs.add(_signature(compose_cfg("+experiment=smoke", "method=sps")))
-    assert base not in sigs and len(sigs) == len(changed) + 1
+    sigs.add(_signature(compose_cfg("+experiment=smoke", "energy=none")))
+    assert base not in sigs and len(sigs) == len(changed) + 2
     # params at their defaults, spelled out or not, hash the same (defaults are filled in)
     assert _signature(smoke, "method.gamma=4") == base
     assert _signature(smoke, "method.tau=0.5", "method.replacement=false") == base
+    # the thread count as the run uses it: null is this torch's count
+    import torch
+
+    assert _signature(smoke, "runtime.threads=null") == _signature(
+        smoke, f"runtime.threads={torch.get_num_threads()}"
+    )
 
 
 def test_signature_is_stable_and_readable() -> None:
@@ -244,10 +277,11 @@ def test_signature_is_stable_and_readable() -> None:
         "task": {"name": "prompts"},
         "runtime": {"seed": 0, "threads": 3},
     }
-    sig = run_signature(config)
+    machine = {"device_kind": "cpu", "cpu_model": "x", "cpu_bf16": "none", "threads": 1}
+    sig = RunIdentity.of(config, machine).signature
     assert sig.startswith("mtad-tiny-prompts-") and len(sig.rsplit("-", 1)[1]) == 10
-    config["runtime"]["threads"] = 1
-    assert run_signature(config) == sig
+    config["runtime"]["threads"] = 1  # the setting: the count in the hardware is what counts
+    assert RunIdentity.of(config, machine).signature == sig
 
 
 def test_missing_local_model_folder_is_reported_before_loading(smoke: DictConfig) -> None:

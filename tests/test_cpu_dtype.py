@@ -11,6 +11,7 @@ from hydra import compose, initialize_config_dir
 from mtad import cpu
 from mtad.harness.config import ConfigError, validate
 from mtad.harness.prepare import prepare
+from mtad.runs import hardware
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -21,8 +22,12 @@ AVX2 = frozenset({"avx2", "fma"})
 
 @pytest.mark.parametrize(
     ("flags", "dtype", "flag"),
-    [(AMX, "bfloat16", "amx_bf16"), (AVX512_BF16, "bfloat16", "avx512_bf16"),
-     (AVX2, "float32", None), (frozenset(), "float32", None)],
+    [
+        (AMX, "bfloat16", "amx_bf16"),
+        (AVX512_BF16, "bfloat16", "avx512_bf16"),
+        (AVX2, "float32", None),
+        (frozenset(), "float32", None),
+    ],
 )
 def test_auto_follows_native_bf16(flags, dtype, flag):
     assert cpu.native_bf16(flags) == flag
@@ -34,7 +39,8 @@ def test_auto_follows_native_bf16(flags, dtype, flag):
 def test_explicit_dtype_and_gpu():
     assert cpu.choose_dtype("float16", "cpu", AMX) == ("float16", "set in the config")
     assert cpu.choose_dtype("auto", "cuda:0", AVX2)[0] == "bfloat16"
-    assert cpu.bf16_identity("cuda") is None
+    # the CPU's bfloat16 is part of a CPU run's identity only (mtad.runs.hardware)
+    assert "cpu_bf16" not in hardware.hardware_key({"device_kind": "cuda", "cpu_bf16": "none"})
 
 
 def _cfg(*overrides):
@@ -45,16 +51,16 @@ def _cfg(*overrides):
 def test_smollm2_pair_resolves_auto_on_this_host_and_hashes_it(monkeypatch, tmp_path):
     results = f"results.root={tmp_path}"
     for flags, dtype in ((AMX, "bfloat16"), (AVX2, "float32")):
-        monkeypatch.setattr(cpu, "cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setattr(hardware, "cpu_flags", lambda flags=flags: flags)
         spec = validate(_cfg(results))
         assert spec.target.dtype == spec.draft.dtype == dtype
         assert spec.cfg.pair.target.dtype == dtype
         assert "auto" in spec.dtype_choice["target"]
-    monkeypatch.setattr(cpu, "cpu_flags", lambda: AMX)
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: AMX)
     amx = prepare(_cfg(results), host_checks=False)
     assert amx.config["pair"]["target"]["dtype"] == "bfloat16"
     assert amx.config["hardware"]["cpu_bf16"] == "amx_bf16"
-    monkeypatch.setattr(cpu, "cpu_flags", lambda: AVX2)
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: AVX2)
     avx2 = prepare(_cfg(results), host_checks=False)
     assert avx2.config["pair"]["target"]["dtype"] == "float32"
     assert avx2.config["hardware"]["cpu_bf16"] == "none"

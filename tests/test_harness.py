@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from mtad.harness.config import ConfigError
-from mtad.harness.results import RESULT_FILES, is_complete
+from mtad.runs.folder import RESULT_FILES, is_complete
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from mtad.comparison import add_comparisons, load_study, summary_frame
 from mtad.harness.callbacks import read_pointers, write_pointer
-from mtad.harness.results import is_complete, write_atomic, write_json
+from mtad.runs.comparison import add_comparisons
+from mtad.runs.folder import is_complete, write_atomic, write_json
+from mtad.runs.frame import load_study
+from mtad.runs.tables import summary_frame
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The comparison intervals (mtad.intervals) on data with a known answer, and the claims'
+"""The comparison intervals (mtad.runs.intervals) on data with a known answer, and the claims'
 verdicts as the renderer writes them (mtad.paper.render.claims_table) counted for W&B."""
 
 from __future__ import annotations
@@ -11,14 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mtad.comparison import (
+from mtad.paper.recipes import load_recipe
+from mtad.paper.render import claims_table
+from mtad.paper.wandb_run import claims_summary
+from mtad.runs.comparison import (
     COMPARISONS,
     add_comparisons,
     comparison_interval,
-    load_runs,
     paired_runs,
 )
-from mtad.intervals import (
+from mtad.runs.frame import load_runs
+from mtad.runs.intervals import (
     DOES_NOT_HOLD,
     HOLDS,
     MIN_PROMPTS,
@@ -29,9 +32,6 @@ from mtad.intervals import (
     seed_interval,
     verdict,
 )
-from mtad.paper.recipes import load_recipe
-from mtad.paper.render import claims_table
-from mtad.paper.wandb_run import claims_summary
 
 SEEDS, PROMPTS = 3, 24
 BY_COLUMN = {c.column: c for c in COMPARISONS}

@@ -255,9 +255,11 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
 
     monkeypatch.setattr(mtad.engine.loading, "load_pair", refuse)
     monkeypatch.setattr(reproduce.subprocess, "run", refuse)
-    code = reproduce.main(["all", "--profile", "smoke", "--root", str(study.parent), "--no-wandb"])
+    args = ["all", "--profile", "smoke", "--root", str(study.parent), "--no-wandb"]
+    code = reproduce.main([*args, "--render-only"])
     assert code == 0
-    assert "to run" in capsys.readouterr().out
+    # the moved run is no run of this machine: the plan would run it again here
+    assert "--render-only: 1 runs missing" in capsys.readouterr().out
     numeric = pd.read_csv(study / "tables" / "main.csv")
     row = numeric[
         (numeric["task"] == "prompts")
@@ -380,11 +382,13 @@ def test_readme_main_table_is_the_committed_cpu_reference() -> None:
         assert (REPO / "results" / "reference" / "cpu" / name).is_file(), name
 
 
-def test_runs_written_on_another_host_are_found_by_the_planner(
+def test_gpu_runs_written_on_gpu_nodes_are_found_by_a_planner_without_one(
     smoke: tuple[Path, float, str], tmp_path: Path
 ) -> None:
-    """A login node plans GPU runs that GPU nodes write: the GPU model is in the signature but
-    not in the config the planner composes, so finished runs are matched without it."""
+    """A login node plans GPU runs that GPU nodes write: the GPU model is part of their
+    identity but the planner cannot know it, so it takes the study's runs of the machine that
+    ran them (all of one GPU model, hence comparable). A CPU run is a run of this machine: one
+    written on another CPU is run again here (its speed-ups must pair runs of one CPU)."""
     import shutil
 
     import yaml
@@ -395,20 +399,24 @@ def test_runs_written_on_another_host_are_found_by_the_planner(
     study, _, _ = smoke
     root = tmp_path / "results"
     shutil.copytree(study, root / study.name, ignore=shutil.ignore_patterns("wandb"))
-    moved = next(p for p in (root / study.name).glob("ar-tiny-prompts-*") if p.is_dir())
-    cfg = yaml.safe_load((moved / "config.yaml").read_text())
-    cfg["hardware"]["gpu_model"] = "Some GPU"
-    (moved / "config.yaml").write_text(yaml.safe_dump(cfg))
-    moved.rename(moved.with_name("ar-tiny-prompts-0000000000"))  # another host's signature
+    gpu = {"device_kind": "cuda", "gpu_model": "Some GPU", "gpu_count": 1}
+    for i, folder in enumerate(sorted(p for p in (root / study.name).iterdir() if p.is_dir())):
+        if not (folder / "metrics.json").is_file():
+            continue
+        cfg = yaml.safe_load((folder / "config.yaml").read_text())
+        cfg["hardware"], cfg["runtime"]["device"] = gpu, "cuda"
+        (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+        metrics = json.loads((folder / "metrics.json").read_text())
+        (folder / "metrics.json").write_text(json.dumps({**metrics, **gpu, "device": "cuda"}))
+        folder.rename(folder.with_name(f"{folder.name.rsplit('-', 1)[0]}-gpu{i:07d}"))
+    overrides = [f"results.root={root}", "runtime.device=cuda"]
     with hydra_composer() as compose:
-        plan = make_plan(["ablation_tau"], "smoke", compose, None, [f"results.root={root}"])
-    assert not plan.jobs
-    found = [
-        s
-        for s in plan.status.values()
-        if s.result_dir and s.result_dir.name == "ar-tiny-prompts-0000000000"
-    ]
-    assert found and found[0].state == "done"
+        plan = make_plan(["ablation_tau"], "smoke", compose, None, overrides)
+        assert not plan.jobs
+        assert all(s.result_dir.name.split("-")[-1].startswith("gpu") for s in plan.status.values())
+        # planned for this CPU, nothing of the study is a run of this machine
+        plan = make_plan(["ablation_tau"], "smoke", compose, None, overrides[:1])
+    assert {s.state for s in plan.status.values()} == {"missing"} and plan.jobs
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,8 @@ import pytest
 
 from mtad.harness.callbacks import read_pointers
 from mtad.harness.lease import LEASE_FILE
-from mtad.harness.results import ENVIRONMENT_FILE, RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
+from mtad.runs.folder import ENVIRONMENT_FILE, RESULT_FILES, is_complete
 
 pytestmark = pytest.mark.slurm
 

@@ -21,8 +21,8 @@ from hydra import compose, initialize_config_dir
 
 from mtad.harness.callbacks import read_pointers
 from mtad.harness.lease import LEASE_FILE, LeaseHeld, lease
-from mtad.harness.results import FAILED_FILE, METRICS_FILE, RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
+from mtad.runs.folder import FAILED_FILE, METRICS_FILE, RESULT_FILES, is_complete
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -327,36 +327,3 @@ def test_same_config_and_seed_give_byte_identical_samples_on_cpu(
         outputs.append((outcome.result_dir / "samples.jsonl").read_bytes())
     assert outputs[0] == outputs[1]
     assert b'"output"' in outputs[0]
-
-
-# ------------------------------------------------------------------------------------------
-# Build 7: the signature follows the hardware that changes results, not the thread count
-
-
-def test_signature_includes_device_kind_gpu_model_and_dtypes() -> None:
-    from mtad.cpu import bf16_identity
-    from mtad.harness.job import prepare
-    from mtad.harness.signature import run_signature
-
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["+experiment=smoke"])
-        bf16 = compose("config", overrides=["+experiment=smoke", "pair.target.dtype=bfloat16"])
-    prep = prepare(cfg)
-    # on the CPU also whether it has native bfloat16 (#17: the same dtype runs at other speeds)
-    assert prep.config["hardware"] == {"device_kind": "cpu", "gpu_model": None,
-                                       "cpu_bf16": bf16_identity("cpu")}
-    assert run_signature(prep.config) == prep.signature
-
-    def with_hardware(**hardware: object) -> str:
-        return run_signature({**prep.config, "hardware": {**prep.config["hardware"], **hardware}})
-
-    signatures = {
-        prep.signature,
-        with_hardware(device_kind="cuda", gpu_model="NVIDIA H100 80GB HBM3"),
-        with_hardware(device_kind="cuda", gpu_model="NVIDIA A100-SXM4-80GB"),
-        with_hardware(cpu_bf16="none" if bf16_identity("cpu") != "none" else "amx_bf16"),
-        prepare(bf16).signature,
-    }
-    assert len(signatures) == 5
-    threads = {**prep.config, "runtime": {**prep.config["runtime"], "threads": 7}}
-    assert run_signature(threads) == prep.signature  # recorded in metrics.json, not hashed

@@ -124,7 +124,7 @@ def test_generate_runs_every_sample(tok) -> None:  # noqa: ANN001
     assert res.records[0] == {
         "id": "1",
         "output": "xyz",
-        "new_tokens": 3,
+        "output_tokens": 3,  # kept up to the stop string; the decoder's new_tokens count all
         "stopped_by": "max_new_tokens",
     }
     assert SampleOutput.from_texts(samples[0], ["a", "b"]).text == "b"

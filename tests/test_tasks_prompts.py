@@ -83,8 +83,8 @@ def test_end_to_end_on_the_tiny_pair() -> None:
     assert len(result.records) == 3
     assert math.isfinite(result.metrics["ppl"]) and result.metrics["ppl"] > 1.0
     assert result.metrics["ppl_samples"] + result.metrics["ppl_skipped"] == 3
-    assert all(r["new_tokens"] <= 10 for r in result.records)
-    assert total_stats(outputs).new_tokens >= sum(r["new_tokens"] for r in result.records)
+    assert all(r["output_tokens"] <= 10 for r in result.records)
+    assert total_stats(outputs).new_tokens >= sum(r["output_tokens"] for r in result.records)
     # same seed, same outputs; the sample's seed does not depend on the subset
     again = task.generate(TextGenerator(decoder, tok, seed=1), tok)
     assert [o.text for o in again] == [o.text for o in outputs]

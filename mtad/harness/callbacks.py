@@ -32,12 +32,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
-from mtad.comparison import load_runs
-from mtad.harness.cli import report_config_error
+from mtad.harness.cli import composition_error, parse_overrides, report_config_error
 from mtad.harness.config import ConfigError
 from mtad.harness.prepare import prepare
-from mtad.harness.results import METRICS_FILE, write_json
 from mtad.harness.summary import print_runs
+from mtad.runs.folder import METRICS_FILE, write_json
+from mtad.runs.frame import load_runs
 
 POINTER_FILE = "result.json"
 EXIT_JOBS_FAILED = 1
@@ -74,22 +74,17 @@ def validate_sweep(config: DictConfig) -> int:
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
     for num, overrides in enumerate(jobs):
-        where = " ".join(overrides) or "no overrides"
+        where = f" [job {num}: {' '.join(overrides) or 'no overrides'}]"
         try:
             job_cfg = loader.load_sweep_config(master_config=config, sweep_overrides=overrides)
-        except Exception as err:  # noqa: BLE001 - Hydra's composition errors span lines
-            cause = err.__cause__ or err
-            key = getattr(cause, "full_key", None) or "overrides"
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigError(str(key), f"{first} [job {num}: {where}]") from err
-        with open_dict(job_cfg):
-            job_cfg.pop("hydra", None)  # hydra.job.num & co. exist only inside the job
-        try:
+            with open_dict(job_cfg):
+                job_cfg.pop("hydra", None)  # hydra.job.num & co. exist only inside the job
             prepare(job_cfg)
         except ConfigError as err:
-            raise ConfigError(
-                err.key, f"{str(err).split(': ', 1)[1]} [job {num}: {where}]"
-            ) from err
+            raise ConfigError(err.key, err.message + where) from err
+        except Exception as err:  # noqa: BLE001 - Hydra's composition errors span lines
+            found = composition_error(err, parse_overrides(overrides))
+            raise ConfigError(found.key, found.message + where) from err
     return len(jobs)
 
 
@@ -131,7 +126,7 @@ class SweepSummary(Callback):
         if repeated:
             print(
                 f"note: {repeated} job(s) repeated another job's signature: they differ only in "
-                "keys the signature ignores (mtad/harness/signature.py: EXCLUDED), so they were "
+                "keys the run identity ignores (mtad/runs/identity.py: EXCLUDED), so they were "
                 "skipped. Sweep those keys in separate studies."
             )
         launcher = str(config.hydra.launcher.get("_target_", ""))

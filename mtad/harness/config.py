@@ -10,6 +10,7 @@ turns the first failure into a one-line :class:`ConfigError` that names the offe
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class ConfigError(ValueError):
 
     def __init__(self, key: str, message: str) -> None:
         self.key = key
+        self.message = message
         super().__init__(f"{key}: {message}")
 
     @classmethod
@@ -211,30 +213,14 @@ def validate(cfg: DictConfig) -> RunSpec:
     params dataclass (where gamma=0 or tau=1.5 fail). Imports torch (through mtad.methods) but
     loads nothing.
     """
-    known = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
-    for key in cfg:
-        if key not in known:
-            raise ConfigError(
-                str(key), f"unknown top-level key; known: {', '.join(sorted(known - {'hydra'}))}"
-            )
-    pair_node = cfg.get("pair")
-    if pair_node is None:
-        raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
-    # the model specs first: a bad value in them is named under pair.target / pair.draft
-    target = _typed(pair_node.target, "pair.target", ModelSpec)
-    _check_loader_reads("pair.target", target)
-    draft = None
-    if pair_node.get("draft") is not None:
-        draft = _typed(pair_node.draft, "pair.draft", ModelSpec)
-        _check_loader_reads("pair.draft", draft)
-    pair = _typed(pair_node, "pair", PairConfig)
-
+    _check_top_level(cfg)
     sections = {
         "runtime": RuntimeConfig,
         "results": ResultsConfig,
         "logger": LoggerConfig,
         "energy": EnergyConfig,
     }
+    pair, target, draft = _pair(cfg)
     typed = {key: _typed(cfg.get(key, {}), key, cls) for key, cls in sections.items()}
     # dtype "auto" becomes what this host runs (mtad.cpu.choose_dtype) before anything hashes it
     dtype_choice: dict[str, str] = {}
@@ -242,25 +228,9 @@ def validate(cfg: DictConfig) -> RunSpec:
         if model is not None:
             model.dtype, dtype_choice[role] = choose_dtype(model.dtype, typed["runtime"].device)
             getattr(pair, role).dtype = model.dtype
-
-    method = OmegaConf.to_container(cfg.get("method") or {}, resolve=True)
-    assert isinstance(method, dict)
-    method_name = method.pop("name", None)
-    if not method_name:
-        raise ConfigError("method.name", "missing (pick a method: method=<name>)")
-    params = _method_params(str(method_name), method)
+    method_name, params = _method(cfg)
     params_dict = dataclasses.asdict(params)
-
-    task = OmegaConf.to_container(cfg.get("task") or {}, resolve=True)
-    assert isinstance(task, dict)
-    task_name = task.get("name")
-    if not task_name:
-        raise ConfigError("task.name", "missing (pick a task: task=<name>)")
-    protocol = task.get("protocol")
-    # spider / humaneval / mtbench: as the authors ran them, or ours
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ConfigError("task.protocol", f"must be one of {PROTOCOLS}, got {protocol!r}")
-
+    task = _task(cfg)
     run_cfg = RunConfig(
         pair=pair,
         method={"name": method_name, **params_dict},
@@ -269,8 +239,74 @@ def validate(cfg: DictConfig) -> RunSpec:
         **typed,
     )
     return RunSpec(
-        run_cfg, target, draft, str(method_name), params, params_dict, str(task_name), dtype_choice
+        run_cfg, target, draft, method_name, params, params_dict, str(task["name"]), dtype_choice
     )
+
+
+def _check_top_level(cfg: DictConfig) -> None:
+    """Only the sections of :class:`RunConfig` (and Hydra's), and no float NaN or infinite."""
+    known = {f.name for f in dataclasses.fields(RunConfig)} | {"hydra"}
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(
+                str(key), f"unknown top-level key; known: {', '.join(sorted(known - {'hydra'}))}"
+            )
+        if key != "hydra":
+            check_finite(str(key), OmegaConf.to_container(cfg[key], resolve=True))
+
+
+def _pair(cfg: DictConfig) -> tuple[PairConfig, ModelSpec, ModelSpec | None]:
+    """The typed pair and its model specs (a bad value in a spec is named under
+    ``pair.target`` / ``pair.draft``, so the specs are built first)."""
+    node = cfg.get("pair")
+    if node is None:
+        raise ConfigError("pair", "missing (pick a pair: pair=<name>)")
+    target = _typed(node.target, "pair.target", ModelSpec)
+    _check_loader_reads("pair.target", target)
+    draft = None
+    if node.get("draft") is not None:
+        draft = _typed(node.draft, "pair.draft", ModelSpec)
+        _check_loader_reads("pair.draft", draft)
+    return _typed(node, "pair", PairConfig), target, draft
+
+
+def _method(cfg: DictConfig) -> tuple[str, Any]:
+    """The method's name and its validated params dataclass, defaults filled in."""
+    method = OmegaConf.to_container(cfg.get("method") or {}, resolve=True)
+    assert isinstance(method, dict)
+    name = method.pop("name", None)
+    if not name:
+        raise ConfigError("method.name", "missing (pick a method: method=<name>)")
+    return str(name), _method_params(str(name), method)
+
+
+def _task(cfg: DictConfig) -> dict[str, Any]:
+    """The task's options (checked against the task's code when it is built)."""
+    task = OmegaConf.to_container(cfg.get("task") or {}, resolve=True)
+    assert isinstance(task, dict)
+    if not task.get("name"):
+        raise ConfigError("task.name", "missing (pick a task: task=<name>)")
+    protocol = task.get("protocol")
+    # spider / humaneval / mtbench: as the authors ran them, or ours
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ConfigError("task.protocol", f"must be one of {PROTOCOLS}, got {protocol!r}")
+    return task
+
+
+def check_finite(key: str, value: Any) -> None:
+    """NaN and infinities are no setting: every float of the config is finite (a NaN slips
+    through every range check, ``nan < 0`` being false)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(key, f"must be a finite number, got {value}")
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for name, item in items:
+        check_finite(f"{key}.{name}", item)
 
 
 def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
@@ -302,7 +338,7 @@ def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:
     """The method's validated params dataclass, defaults filled in (no model is built)."""
-    from mtad.methods import METHODS, build_params  # torch: see the imports at the top
+    from mtad.methods import METHODS, build_params
 
     if name not in METHODS:
         raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(METHODS)}")

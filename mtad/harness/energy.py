@@ -12,6 +12,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from mtad.runs.folder import J_PER_KWH
+
 if TYPE_CHECKING:  # the GPU check imports this module's NVML helpers without Hydra
     from codecarbon.emissions_tracker import BaseEmissionsTracker
 
@@ -25,8 +27,6 @@ CPU_MODES = {
     "cpu_load": "load_estimate",
     "constant": "tdp_estimate",
 }
-
-J_PER_KWH = 3.6e6
 
 
 def nvml_missing_warning(device: str) -> str:

@@ -9,7 +9,6 @@ never import it.
 from __future__ import annotations
 
 import gc
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -34,14 +33,13 @@ def load_models(prep: Prepared) -> LoadedPair:
     """Target, and the draft only when the method uses one."""
     draft = prep.spec.draft if prep.method.uses_draft else None
     rt = prep.spec.cfg.runtime
-    print(
-        "dtype: "
-        + "; ".join(
-            f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
-            for role, model in (("target", prep.spec.target), ("draft", draft))
-            if model is not None
-        )
-    )
+    roles = (("target", prep.spec.target), ("draft", draft))
+    chosen = [
+        f"{role} {model.dtype} ({prep.spec.dtype_choice.get(role, 'set in the config')})"
+        for role, model in roles
+        if model is not None
+    ]
+    print("dtype: " + "; ".join(chosen))
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
     return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
 
@@ -70,9 +68,8 @@ def warmup(prep: Prepared, generator: TextGenerator) -> None:
 
 
 def task_kwargs(prep: Prepared, pair: LoadedPair) -> dict[str, Any]:
-    """``target_model`` for tasks whose ``generate`` also scores log-likelihoods (lm_eval)."""
-    params = inspect.signature(prep.task.generate).parameters
-    return {"target_model": pair.target.model} if "target_model" in params else {}
+    """``target_model`` for tasks whose ``generate`` also scores with it (lm_eval)."""
+    return {"target_model": pair.target.model} if prep.task.needs_target_model else {}
 
 
 class Progress:
@@ -139,6 +136,18 @@ def gpu_ids(pair: LoadedPair) -> list[int]:
     return list(loading.placement(pair.target.model, draft)["gpu_ids"])
 
 
+def model_facts(pair: LoadedPair, memory_before_load: dict[str, int]) -> dict[str, Any]:
+    """``metrics.json``'s record of the loaded models: each one's logits head (``lm_head``) and,
+    for a CPU head, the kernel each row count ran (``lm_head_kernels``), and where they lived
+    (``placement``, with the GPU memory the run found allocated before it loaded)."""
+    runners = [r for r in (pair.target, pair.draft) if r is not None]
+    return {
+        "lm_head": {r.role: r.head for r in runners},
+        "lm_head_kernels": {r.role: r.head_kernels for r in runners},
+        "placement": {**placement(pair), "gpu_memory_before_load_bytes": memory_before_load},
+    }
+
+
 def placement(pair: LoadedPair) -> dict[str, Any]:
     """``metrics.json`` ``placement``: devices and ``hf_device_map`` per role, GPUs used, and
     the peak GPU memory per used GPU over load, warm-up and generation (bytes)."""
@@ -160,6 +169,7 @@ __all__ = [
     "configure_torch",
     "gpu_ids",
     "load_models",
+    "model_facts",
     "placement",
     "release_memory",
     "reset_peak_memory",

@@ -60,9 +60,10 @@ from mtad.harness.records import (
     write_failure,
     write_outputs,
 )
-from mtad.harness.results import ResultsNotWritten, is_complete
 from mtad.harness.summary import print_run
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
+from mtad.runs.folder import ResultsNotWritten
+from mtad.runs.index import find_complete
 from mtad.tasks.base import score_outputs, total_stats
 
 
@@ -96,16 +97,13 @@ def run(cfg: DictConfig) -> RunOutcome:
     """
     t0 = time.perf_counter()
     prep = prepare(cfg)
-    rc = prep.spec.cfg
-    if rc.results.skip_existing and is_complete(prep.result_dir):
-        print(f"skip {prep.result_dir} (complete)")
-        return RunOutcome("skipped", prep.signature, prep.result_dir)
+    if skipped := _skip_complete(prep):
+        return skipped
     try:
         with lease(prep.result_dir) as owner:
             # the previous owner may have finished between our check and our claim
-            if rc.results.skip_existing and is_complete(prep.result_dir):
-                print(f"skip {prep.result_dir} (complete)")
-                return RunOutcome("skipped", prep.signature, prep.result_dir)
+            if skipped := _skip_complete(prep):
+                return skipped
             try:
                 return _execute(prep, t0)
             except Exception as err:
@@ -122,6 +120,18 @@ def run(cfg: DictConfig) -> RunOutcome:
         note = f"claimed by {describe(held.owner)}"
         print(f"skip {prep.result_dir} ({note}; rerun to complete it if that owner dies)")
         return RunOutcome("claimed", prep.signature, prep.result_dir, note=note)
+
+
+def _skip_complete(prep: Prepared) -> RunOutcome | None:
+    """The outcome of a run whose identity has a complete folder (its signature's, or one
+    written under an older name), when complete runs are skipped."""
+    if not prep.spec.cfg.results.skip_existing:
+        return None
+    done = find_complete(prep.result_dir.parent, prep.identity)
+    if done is None:
+        return None
+    print(f"skip {done} (complete)")
+    return RunOutcome("skipped", prep.signature, done)
 
 
 def _execute(prep: Prepared, t0: float) -> RunOutcome:
@@ -168,13 +178,7 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
         records, timings = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
-        runners = [r for r in (pair.target, pair.draft) if r is not None]
-        metrics["lm_head"] = {r.role: r.head for r in runners}
-        metrics["lm_head_kernels"] = {r.role: r.head_kernels for r in runners}
-        metrics["placement"] = {
-            **generation.placement(pair),
-            "gpu_memory_before_load_bytes": memory_before_load,
-        }
+        metrics.update(generation.model_facts(pair, memory_before_load))
         metrics["wandb"] = logger.info()
         with _writing(prep):
             write_outputs(prep, records, timings)

@@ -17,15 +17,18 @@ import os
 import struct
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import torch
+from huggingface_hub import try_to_load_from_cache
+
+from mtad.engine import DecodingMethod
+from mtad.engine.loading import resolve_path
+from mtad.engine.runner import context_limit_of
+from mtad.engine.smollm2 import SmolLM2Unavailable, cached_dir, gguf_path
+from mtad.engine.spec import ModelSpec
+from mtad.engine.tiny import TINY_MAX_POSITIONS
 from mtad.harness.config import ConfigError
-
-# torch and mtad.engine (which imports torch, seconds) are imported inside the checks that need
-# them: this module is imported by planners and CLIs that start without torch (mtad.paper,
-# scripts/reproduce.py --help).
-if TYPE_CHECKING:
-    from mtad.engine.loading import ModelSpec
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 GGUF_MAGIC = b"GGUF"
@@ -33,8 +36,6 @@ GGUF_MAGIC = b"GGUF"
 
 def check_device(device: str) -> None:
     """``runtime.device`` names a device this torch build can use."""
-    import torch  # heavy: see the imports at the top
-
     kind, _, index = device.partition(":")
     if kind == "cuda":
         if not torch.cuda.is_available():
@@ -61,8 +62,6 @@ def check_placement(device: str, models: dict[str, ModelSpec]) -> None:
     every model lives, a device_map only how a model spreads over the GPUs from that device on.
     Refused: a device_map naming a device (``cpu`` with a cuda run would split draft and target
     across device kinds) and more GPUs (``gpus``) than the machine shows from that device on."""
-    import torch  # heavy: see the imports at the top
-
     kind, _, index = device.partition(":")
     for role, spec in models.items():
         key = f"pair.{role}.device_map"
@@ -82,21 +81,17 @@ def check_placement(device: str, models: dict[str, ModelSpec]) -> None:
             )
 
 
-def check_token_budget(method_params: dict[str, Any], max_new_tokens: int | None) -> None:
-    """A block (``gamma``, or the tree depth ``len(branching)``) longer than the whole token
-    budget drafts tokens that can never be kept, and with a large gamma runs for minutes."""
-    if max_new_tokens is None:
+def check_token_budget(method: DecodingMethod, max_new_tokens: int | None) -> None:
+    """A method that drafts deeper per step (:meth:`draft_depth`: SpS's gamma, SpecInfer's
+    tree depth, BiLD's max_draft, ...) than the whole token budget drafts tokens that can
+    never be kept, and with a large depth runs for minutes."""
+    depth = method.draft_depth()
+    if max_new_tokens is None or depth is None:
         return
-    if "gamma" in method_params:
-        key, depth = "method.gamma", int(method_params["gamma"])
-    elif "branching" in method_params:
-        key, depth = "method.branching", len(method_params["branching"])
-    else:
-        return
-    if depth > max_new_tokens:
+    if depth.tokens > max_new_tokens:
         raise ConfigError(
-            key,
-            f"block of {depth} tokens exceeds the token budget "
+            f"method.{depth.key}",
+            f"block of {depth.tokens} tokens exceeds the token budget "
             f"task.max_new_tokens={max_new_tokens}",
         )
 
@@ -107,14 +102,10 @@ def check_token_budget(method_params: dict[str, Any], max_new_tokens: int | None
 
 def check_weights(role: str, spec: ModelSpec) -> None:
     """The model's weights exist and their headers are intact (no weights are read)."""
-    from mtad.engine.loading import resolve_path  # torch: see the imports at the top
-
     key = f"pair.{role}.path"
     if spec.loader == "local":
         _check_folder(key, Path(resolve_path(spec.path or "")))
     elif spec.loader == "smollm2_gguf":
-        from mtad.engine.smollm2 import SmolLM2Unavailable, gguf_path  # torch, as above
-
         try:
             path = gguf_path()
         except SmolLM2Unavailable as err:
@@ -194,10 +185,6 @@ def _check_hub(key: str, repo: str) -> None:
 
 
 def _hub_cached_config(repo: str) -> Path | None:
-    try:  # optional (a transformers dependency) and 0.1 s to import: only when the hub is offline
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
     found = try_to_load_from_cache(repo, "config.json")
     return Path(found) if isinstance(found, str) else None
 
@@ -205,11 +192,7 @@ def _hub_cached_config(repo: str) -> Path | None:
 def model_config(spec: ModelSpec) -> dict[str, Any] | None:
     """The model's ``config.json`` (no weights), None when unknown here (a hub model not in
     the cache, SmolLM2 before its first conversion). Tiny models: the fields preflight reads."""
-    from mtad.engine.loading import resolve_path  # torch: see the imports at the top
-
     if spec.loader == "tiny":
-        from mtad.engine.tiny import TINY_MAX_POSITIONS  # torch, as above
-
         return {
             "vocab_size": int((spec.tiny or {}).get("vocab_size", 320)),
             "max_position_embeddings": TINY_MAX_POSITIONS,
@@ -218,8 +201,6 @@ def model_config(spec: ModelSpec) -> dict[str, Any] | None:
     if spec.loader == "local":
         folder = Path(resolve_path(spec.path or ""))
     elif spec.loader == "smollm2_gguf":
-        from mtad.engine.smollm2 import cached_dir  # torch, as above
-
         folder = cached_dir()  # the converted copy, when it exists
     elif spec.loader == "hub":
         if Path(spec.path or "").expanduser().is_dir():
@@ -246,8 +227,6 @@ def vocab_size(spec: ModelSpec) -> int | None:
 def context_limit(spec: ModelSpec) -> int | None:
     """Positions the model was trained for (``max_position_embeddings``; GPT-2 style
     ``n_positions``), None when unknown here."""
-    from mtad.engine.runner import context_limit_of  # torch: see the imports at the top
-
     return context_limit_of(model_config(spec) or {})
 
 

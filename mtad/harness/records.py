@@ -1,6 +1,6 @@
 """What a run records and writes: the per-sample rows (task record + decode counters), the
 run's ``metrics.json`` block, the flat W&B summary, and the files of its result folder (their
-format: :mod:`mtad.harness.results`). Split from :mod:`mtad.harness.job`, which only
+format: :mod:`mtad.runs.folder`). Split from :mod:`mtad.harness.job`, which only
 orchestrates."""
 
 from __future__ import annotations
@@ -10,28 +10,24 @@ import time
 import traceback
 from typing import Any
 
-import torch
-from omegaconf import OmegaConf
-
-from mtad.cpu import bf16_identity
 from mtad.engine import DecodeStats
 from mtad.harness.prepare import Prepared
-from mtad.harness.results import (
+from mtad.harness.results import environment
+from mtad.runs.folder import (
     CONFIG_FILE,
     ENVIRONMENT_FILE,
     FAILED_FILE,
     METRICS_FILE,
     SAMPLES_FILE,
     TIMINGS_FILE,
-    environment,
-    hardware_identity,
-    write_atomic,
+    write_config,
     write_json,
     write_jsonl,
 )
 from mtad.tasks.samples import SampleOutput
 
-SCHEMA_VERSION = 1
+# 2: the hardware facts of the identity (threads, cpu_bf16 on every device), score_record
+SCHEMA_VERSION = 2
 
 
 # Per-sample decode counters that are clock readings: they go to timings.jsonl, so that
@@ -55,16 +51,9 @@ def sample_stats(output: SampleOutput) -> dict[str, Any]:
 
 
 def sample_record(record: dict[str, Any], output: SampleOutput) -> dict[str, Any]:
-    """The task's record (id, output text, its scores) plus the sample's decode counters.
-
-    The task's ``new_tokens`` (tokens kept up to the stop string, what is scored) is renamed
-    ``output_tokens``; ``new_tokens`` is what the decoder generated, as in ``DecodeStats``.
-    """
-    row = dict(record)
-    if "new_tokens" in row:
-        row["output_tokens"] = row.pop("new_tokens")
-    row.update(sample_stats(output))
-    return row
+    """The task's record (id, output text, ``output_tokens`` kept up to the stop string, its
+    scores) plus the sample's decode counters (``new_tokens``: what the decoder generated)."""
+    return {**record, **sample_stats(output)}
 
 
 def split_timings(
@@ -94,14 +83,14 @@ def run_metrics(
         "task": prep.spec.task_name,
         "seed": rc.runtime.seed,
         "device": rc.runtime.device,
-        # What a ratio may be taken across: runs on other hardware never share a ratio
-        # (mtad.comparison.HARDWARE_KEYS).
-        **hardware_identity(rc.runtime.device),
-        "threads": torch.get_num_threads(),
-        "dtypes": {role: {"dtype": m.dtype, "why": prep.spec.dtype_choice.get(role)}
-                   for role, m in (("target", prep.spec.target), ("draft", prep.spec.draft))
-                   if m is not None},
-        "cpu_bf16": bf16_identity(rc.runtime.device),
+        # every fact of the hardware rule; the run's identity holds those that decide timing
+        # (mtad.runs.hardware), so a ratio is never taken across machines
+        **prep.hardware,
+        "dtypes": {
+            role: {"dtype": m.dtype, "why": prep.spec.dtype_choice.get(role)}
+            for role, m in (("target", prep.spec.target), ("draft", prep.spec.draft))
+            if m is not None
+        },
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "params": dict(prep.spec.method_params),
         "n_samples": len(records),
@@ -109,10 +98,11 @@ def run_metrics(
     }
     metrics.update(stats.as_dict())
     metrics.update(task_metrics)
-    score_key = getattr(prep.task, "primary_metric", None)
+    score_key = prep.task.primary_metric
     if score_key and score_key in task_metrics:
         metrics["score"] = task_metrics[score_key]
         metrics["score_name"] = score_key
+        metrics["score_record"] = prep.task.score_record  # its per-prompt field
     metrics["energy"] = energy
     metrics["overhead_s"] = overhead
     return metrics
@@ -143,8 +133,7 @@ def write_outputs(
     """``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json``."""
     folder = prep.result_dir
     folder.mkdir(parents=True, exist_ok=True)
-    config_text = OmegaConf.to_yaml(OmegaConf.create({**prep.config, "signature": prep.signature}))
-    write_atomic(folder / CONFIG_FILE, config_text)
+    write_config(folder / CONFIG_FILE, {**prep.config, "signature": prep.signature})
     write_jsonl(folder / SAMPLES_FILE, records)
     write_jsonl(folder / TIMINGS_FILE, timings)
     write_json(folder / ENVIRONMENT_FILE, environment())

@@ -9,7 +9,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from mtad.comparison import summary_frame
+from mtad.runs.tables import summary_frame
 
 # Piped output (logs, CI) would otherwise wrap at 80 columns.
 PIPE_WIDTH = 180
@@ -43,7 +43,7 @@ def render(frame: pd.DataFrame, title: str, out: Console | None = None) -> None:
 
 
 def print_runs(runs: pd.DataFrame, title: str, out: Console | None = None) -> None:
-    """One row per run of ``runs`` (rows of :func:`mtad.comparison.load_runs`)."""
+    """One row per run of ``runs`` (rows of :func:`mtad.runs.frame.load_runs`)."""
     frame = summary_frame(runs)
     if frame.empty:
         (out or console()).print(f"{title}: no completed runs")

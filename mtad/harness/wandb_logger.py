@@ -130,7 +130,7 @@ class WandbLogger(NullLogger):
     def log_result(self, summary: dict[str, Any], samples: list[dict[str, Any]]) -> None:
         if self.run is None:
             return
-        import wandb  # imported by start() already; here for wandb.Table
+        import wandb
 
         self.run.summary.update(summary)
         if self.cfg.log_samples and samples:

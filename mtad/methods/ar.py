@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from mtad.engine import DecodeContext, DecodingMethod, StepResult, warp_candidates
 from mtad.methods.common import SamplingParams
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -20,6 +20,9 @@ class AutoregressiveSampling(DecodingMethod):
 
     def __init__(self, params: ARParams) -> None:
         self.params = params
+
+    def draft_depth(self) -> DraftDepth | None:
+        return None  # one target token per step, nothing drafted
 
     def step(self, ctx: DecodeContext) -> StepResult:
         with ctx.timed("verify"):

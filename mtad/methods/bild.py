@@ -32,7 +32,7 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -73,6 +73,9 @@ class BigLittleDecoder(DecodingMethod):
     def __init__(self, params: BiLDParams) -> None:
         self.params = params
         self.max_step_tokens = params.max_draft + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("max_draft", self.params.max_draft)  # at most, while confident
 
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params

@@ -26,7 +26,7 @@ from mtad.engine import (
 )
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -82,6 +82,9 @@ class MMTAD(DecodingMethod):
     def __init__(self, params: MMTADParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("gamma", self.params.gamma)
 
     def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
         """Also refuse, before decoding, a target whose attention would ignore the tree mask."""

@@ -20,7 +20,7 @@ import torch
 from mtad.engine import Candidates, DecodeContext, DecodingMethod, StepResult, warp_candidates
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -70,6 +70,9 @@ class MTAD(DecodingMethod):
     def __init__(self, params: MTADParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("gamma", self.params.gamma)
 
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mtad.engine import DecodeContext, DecodingMethod, StepResult
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -30,6 +30,9 @@ class TargetBeamSampling(DecodingMethod):
     def __init__(self, params: MTJDParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("gamma", self.params.gamma)  # beam-sampled on the target itself
 
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params

@@ -4,6 +4,9 @@
     class AutoregressiveSampling(DecodingMethod):
         name = "ar"
 
+        def draft_depth(self) -> DraftDepth | None:
+            return None
+
 :mod:`mtad.methods` imports every module of its package, so a new method is one module there
 plus ``conf/method/<name>.yaml``; nothing else lists the methods.
 """
@@ -12,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from mtad.config_types import conform, hints, type_problem
+from mtad.config_types import conform, hints, type_problem, unknown_key
 
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
@@ -25,14 +28,30 @@ M = TypeVar("M", bound="type[DecodingMethod]")
 METHODS: dict[str, tuple[type, type[DecodingMethod]]] = {}
 
 
+class DraftDepth(NamedTuple):
+    """How deep a method drafts per step, and the parameter (``method.<key>``) that sets it:
+    the preflight refuses a depth past the task's token budget (drafted tokens that can never
+    be kept, and minutes of work for a large one)."""
+
+    key: str
+    tokens: int
+
+
 def register_method(params: type) -> Callable[[M], M]:
     """Class decorator: register a :class:`~mtad.engine.DecodingMethod` subclass, built from
-    the ``params`` dataclass (validated in its ``__post_init__``), under ``cls.name``."""
+    the ``params`` dataclass (validated in its ``__post_init__``), under ``cls.name``. The
+    class says how deep it drafts (``draft_depth()``: a :class:`DraftDepth`, None for a method
+    that drafts nothing)."""
 
     def register(cls: M) -> M:
         name = cls.__dict__.get("name")
         if not isinstance(name, str) or not name:
             raise TypeError(f"{cls.__qualname__}: a registered method sets its own `name`")
+        if not callable(getattr(cls, "draft_depth", None)):
+            raise TypeError(
+                f"{cls.__qualname__}: a registered method says how deep it drafts "
+                "(def draft_depth(self) -> DraftDepth | None)"
+            )
         known = METHODS.get(name)
         if known is not None and _origin(known[1]) != _origin(cls):
             raise ValueError(f"method {name!r}: registered twice ({known[1]} and {cls})")
@@ -52,10 +71,11 @@ def build_params(name: str, **params: Any) -> Any:
     if name not in METHODS:
         raise ValueError(f"method: unknown method {name!r}; choose from {sorted(METHODS)}")
     cls = METHODS[name][0]
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - known)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(params) - set(known))
     if unknown:
-        raise ValueError(f"method.{unknown[0]}: not a parameter of {name!r} (has {sorted(known)})")
+        message = unknown_key(f"method.{unknown[0]}", known, f"a parameter of {name!r}")
+        raise ValueError(f"method.{unknown[0]}: {message}")
     types = hints(cls)
     for key, value in params.items():
         problem = type_problem(value, types.get(key, Any))

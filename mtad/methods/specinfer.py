@@ -27,7 +27,7 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 from mtad.methods.sps import residual_candidates
 
 
@@ -110,6 +110,9 @@ class TreeSpeculativeSampling(DecodingMethod):
         self.params = params
         self.layout = TreeLayout.build(params.branching)
         self.max_step_tokens = len(params.branching) + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("branching", len(self.params.branching))  # the tree's depth
 
     def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
         """Also refuse, before decoding, a target whose attention would ignore the tree mask."""

@@ -25,7 +25,7 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 
 
 @dataclass
@@ -106,6 +106,9 @@ class SpeculativeSampling(DecodingMethod):
     def __init__(self, params: SpSParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("gamma", self.params.gamma)
 
     def step(self, ctx: DecodeContext) -> StepResult:
         g, warp, greedy = self.params.gamma, self.params.warp, self.params.greedy

@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import pandas as pd
+
+matplotlib.use("Agg")  # figures are files; no display
 
 ROW_KEYS = ["pair", "task", "method"]
 # Axis labels with units; ratio columns are plain factors.
@@ -42,11 +46,6 @@ def _series(runs: pd.DataFrame, column: str) -> pd.DataFrame:
 
 def draw_figure(spec: dict[str, Any], runs: pd.DataFrame, path: Path, title: str) -> bool:
     """One figure of a recipe as PNG and PDF; False when there is nothing to draw."""
-    import matplotlib  # 0.5 s to import: only when a figure is drawn
-
-    matplotlib.use("Agg")  # before pyplot is imported
-    import matplotlib.pyplot as plt
-
     kind, ys = spec["kind"], list(spec["y"])
     if runs.empty or not (runs["state"] == "done").any():
         return False

@@ -27,9 +27,6 @@ class Plan:
     def statuses(self, recipe: str) -> list[RunStatus]:
         return [self.status[run.key] for run in self.planned[recipe]]
 
-    def by_signature(self) -> dict[str, RunStatus]:
-        return {s.signature: s for s in self.status.values() if s.signature}
-
     def counts(self, recipe: str | None = None) -> Counter[str]:
         """Distinct runs (by signature; not-run entries by override set) per state."""
         pool = self.statuses(recipe) if recipe else list(self.status.values())

@@ -1,9 +1,9 @@
 """Recipes rendered: tables (Markdown, LaTeX booktabs, CSV), figures (PNG + PDF), claims.
 
 Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
-baseline run by the one comparison rule, :mod:`mtad.comparison`), shown as
+baseline run by the one comparison rule, :mod:`mtad.runs.comparison`), shown as
 ``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
-``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.intervals`, named in each table's caption), and
+``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), and
 each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
 A cell without runs says why: ``not run: ...`` with the override that enables it,
 ``failed: ...``, ``pending: ...`` (MT-Bench without a judge) or ``missing``; a metric that does
@@ -19,19 +19,24 @@ from typing import Any
 
 import pandas as pd
 
-from mtad.comparison import (
+from mtad.harness.wandb_logger import wandb_run_id
+from mtad.paper.figures import ROW_KEYS, draw_figure
+from mtad.paper.plan import Plan
+from mtad.paper.recipes import Recipe
+from mtad.paper.rendered import Rendered
+from mtad.paper.status import RunStatus
+from mtad.runs.comparison import (
+    BY_COLUMN,
     CHANGE_COLUMNS,
     COMPARISON_COLUMNS,
     COMPARISONS,
     FACTOR_COLUMNS,
-    Comparison,
     add_comparisons,
     comparison_interval,
     paired_runs,
-    run_record,
 )
-from mtad.harness.wandb_logger import wandb_run_id
-from mtad.intervals import (
+from mtad.runs.frame import run_record
+from mtad.runs.intervals import (
     BOOTSTRAP_METHOD,
     MIN_PROMPTS,
     SEED_METHOD,
@@ -39,11 +44,6 @@ from mtad.intervals import (
     Interval,
     verdict,
 )
-from mtad.paper.figures import ROW_KEYS, draw_figure
-from mtad.paper.plan import Plan
-from mtad.paper.recipes import Recipe
-from mtad.paper.rendered import Rendered
-from mtad.paper.status import RunStatus
 
 NOT_APPLICABLE = "—"
 ENERGY_COLUMNS = (
@@ -55,7 +55,6 @@ ENERGY_COLUMNS = (
     "energy.gpu_mode",
     "energy.ram_mode",
 )
-COMPARISON_BY_COLUMN: dict[str, Comparison] = {c.column: c for c in COMPARISONS}
 CLAIMS_CAPTION = (
     "Verdict: holds (the interval lies entirely on the claimed side of no change), "
     "does not hold (entirely on the other side) or unresolved (it contains no change, "
@@ -75,7 +74,7 @@ INTERVAL_CAPTION = (
 
 def recipe_runs(plan: Plan, recipe: str) -> pd.DataFrame:
     """One row per planned run of ``recipe``: identity and state, and for a done run its
-    :func:`mtad.comparison.run_record` with the comparison columns (baselines from the whole
+    :func:`mtad.runs.frame.run_record` with the comparison columns (baselines from the whole
     plan: any recipe may hold them). A run shared by recipes appears in each."""
     cache: dict[str, dict[str, Any]] = {}
     df = pd.DataFrame([_planned_row(status, cache) for status in plan.statuses(recipe)])
@@ -159,7 +158,7 @@ def group_interval(
     pair and task), each paired with its baseline run in ``baselines`` (default ``group``)."""
     done = group[group["state"] == "done"] if "state" in group else group
     base = group if baselines is None or baselines.empty else baselines
-    return comparison_interval(paired_runs(done, COMPARISON_BY_COLUMN[column], base))
+    return comparison_interval(paired_runs(done, BY_COLUMN[column], base))
 
 
 def _interval_text(interval: Interval, column: str, mean: float) -> str:
@@ -192,7 +191,7 @@ def aggregate(
                 mean = sum(vals) / len(vals)
                 std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
                 interval = None
-                if column in COMPARISON_BY_COLUMN:
+                if column in BY_COLUMN:
                     interval = group_interval(group, column, baselines)
                     row[column] = _interval_text(interval, column, mean)
                 else:
@@ -254,7 +253,7 @@ def claims_table(
 ) -> pd.DataFrame:
     """One row per claim of ``recipe`` and (pair, task) with comparable runs: the paper's
     figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
-    interval (:func:`mtad.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
+    interval (:func:`mtad.runs.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
     then the same estimate as numbers (:data:`CLAIM_NUMBERS`). A claim without comparable runs
     gets one ``unresolved`` row that says so."""
     baselines = runs if baselines is None else baselines
@@ -341,7 +340,7 @@ def _escape_latex(text: str) -> str:
 
 def table_caption(columns: Sequence[str]) -> str | None:
     """:data:`INTERVAL_CAPTION` for a table with a ratio or change column, else None."""
-    return INTERVAL_CAPTION if set(columns) & set(COMPARISON_BY_COLUMN) else None
+    return INTERVAL_CAPTION if set(columns) & set(BY_COLUMN) else None
 
 
 def write_table(
@@ -375,49 +374,58 @@ def render(plan: Plan, out_dir: Path, commands: Sequence[str] = ()) -> Rendered:
     baselines = plan_baselines(plan)
     for recipe in plan.recipes:
         runs = recipe_runs(plan, recipe.name)
-        sections += [
-            f"## {recipe.title} (`experiments/{recipe.name}.yaml`)",
-            "",
-            recipe.reproduces,
-            "",
-        ]
-        if recipe.table.get("columns"):
-            table, numeric = recipe_table(recipe, runs, baselines)
-            caption = table_caption(list(recipe.table["columns"]))
-            write_table(table, numeric, out_dir / "tables" / recipe.name, caption)
-            rendered.tables[recipe.name] = table
-            rendered.numeric[recipe.name] = numeric
-            sections += [table.to_markdown(index=False), ""]
-            sections += [f"Table: {caption}", ""] if caption else []
-        if recipe.claims:
-            claims = claims_table(recipe, runs, baselines)
-            shown = claims[list(CLAIM_COLUMNS)]
-            caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
-            write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
-            rendered.tables[recipe.name] = shown
-            rendered.claims = claims
-            sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
-        for spec in recipe.figures:
-            name = f"{recipe.name}_{spec['name']}"
-            path = out_dir / "figures" / name
-            if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
-                rendered.figures[name] = path.with_suffix(".png")
-                sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
-            else:
-                sections += [f"*{name}: no completed runs to draw.*", ""]
+        sections += render_recipe(recipe, runs, baselines, out_dir, rendered)
         if not runs.empty:
             ratio_frames.append(runs)
-            done = runs[runs["state"] == "done"]
-            pairs = done[["study", "signature"]] if "study" in done.columns else done[[]]
-            for study, sig in pairs.dropna().itertuples(index=False):
-                run_id = wandb_run_id(str(study), str(sig))  # the id the harness run logged under
-                if run_id not in rendered.run_ids:
-                    rendered.run_ids.append(run_id)
+            _add_run_ids(runs, rendered)
     rendered.ratios = _ratios(ratio_frames)
     rendered.markdown = "\n".join(sections)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "paper.md").write_text(rendered.markdown)
     return rendered
+
+
+def render_recipe(
+    recipe: Recipe, runs: pd.DataFrame, baselines: pd.DataFrame, out_dir: Path, rendered: Rendered
+) -> list[str]:
+    """One recipe's table or claims and figures, written under ``out_dir`` and kept in
+    ``rendered``; its section of ``paper.md`` (lines)."""
+    sections = [f"## {recipe.title} (`experiments/{recipe.name}.yaml`)", "", recipe.reproduces, ""]
+    if recipe.table.get("columns"):
+        table, numeric = recipe_table(recipe, runs, baselines)
+        caption = table_caption(list(recipe.table["columns"]))
+        write_table(table, numeric, out_dir / "tables" / recipe.name, caption)
+        rendered.tables[recipe.name] = table
+        rendered.numeric[recipe.name] = numeric
+        sections += [table.to_markdown(index=False), ""]
+        sections += [f"Table: {caption}", ""] if caption else []
+    if recipe.claims:
+        claims = claims_table(recipe, runs, baselines)
+        shown = claims[list(CLAIM_COLUMNS)]
+        caption = f"{CLAIMS_CAPTION} {INTERVAL_CAPTION}"
+        write_table(shown, claims, out_dir / "tables" / recipe.name, caption)
+        rendered.tables[recipe.name] = shown
+        rendered.claims = claims
+        sections += [shown.to_markdown(index=False), "", f"Table: {caption}", ""]
+    for spec in recipe.figures:
+        name = f"{recipe.name}_{spec['name']}"
+        path = out_dir / "figures" / name
+        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
+            rendered.figures[name] = path.with_suffix(".png")
+            sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
+        else:
+            sections += [f"*{name}: no completed runs to draw.*", ""]
+    return sections
+
+
+def _add_run_ids(runs: pd.DataFrame, rendered: Rendered) -> None:
+    """The W&B run ids the done runs of ``runs`` logged under, once each."""
+    done = runs[runs["state"] == "done"]
+    pairs = done[["study", "signature"]] if "study" in done.columns else done[[]]
+    for study, sig in pairs.dropna().itertuples(index=False):
+        run_id = wandb_run_id(str(study), str(sig))
+        if run_id not in rendered.run_ids:
+            rendered.run_ids.append(run_id)
 
 
 def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -7,15 +7,12 @@ import os
 import shlex
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import wandb_workspaces.reports.v2 as wr
 
 from mtad.paper.rendered import Rendered
 from mtad.paper.wandb_run import DEFINITION_FILE, analysis_run_id
-
-# wandb_workspaces (0.7 s to import) is imported by the functions that read a report:
-# scripts/reproduce.py imports this module at start, and rendering tables never needs it.
-if TYPE_CHECKING:
-    import wandb_workspaces.reports.v2 as wr
 
 
 def report_markdown(
@@ -24,8 +21,6 @@ def report_markdown(
     """A Markdown rendering of ``report``: its text blocks as they are, and for each panel
     grid the runs it shows and what each panel plots; a MediaBrowser's figures are embedded
     from the local PNGs (``figures``, linked relative to ``base``)."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     figures = figures or {}
     out = [f"# {report.title}", "", report.description, ""]
     for block in report.blocks:
@@ -49,8 +44,6 @@ def report_markdown(
 
 
 def _panel_markdown(panel: Any, figures: dict[str, Path], base: Path | None) -> list[str]:
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     if isinstance(panel, wr.BarPlot):
         metrics = ", ".join(_metric_text(m) for m in panel.metrics)
         how = f"{panel.groupby_aggfunc} over runs"
@@ -81,8 +74,6 @@ def _panel_markdown(panel: Any, figures: dict[str, Path], base: Path | None) -> 
 
 
 def _metric_text(metric: Any) -> str:
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     if isinstance(metric, wr.SummaryMetric):
         return f"summary `{metric.name}`"
     if isinstance(metric, wr.Config):

@@ -1,16 +1,20 @@
 """Where each planned run stands: done, failed, not run (and why) or missing.
 
 A planned run is composed exactly as ``run.py`` would compose it and passed through the harness's
-own :func:`mtad.harness.prepare.prepare` (validation, task data, signature; no model loads), so
-the signature found here is the one the run writes. Task data that is not there (Spider without
-``task.data_dir``) or a task the profile does not run becomes "not run" with the reason; any
-other bad value is a real error and stops everything before a run starts.
+own :func:`mtad.harness.prepare.prepare` (validation, task data, identity; no model loads), so
+the identity found here is the one the run records. A run is done when a complete folder of the
+study holds that identity (:class:`mtad.runs.index.StudyIndex`, whatever the folder's name): on
+this machine, a study re-run on another CPU runs every run again, baselines included, so that
+its speed-ups pair runs of one machine. A run of a device this host cannot run (a login node
+planning GPU runs) is found on the machine that ran the study's runs of that kind. Task data
+that is not there (Spider without ``task.data_dir``) or a task the profile does not run becomes
+"not run" with the reason; any other bad value is a real error and stops everything before a
+run starts.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import yaml
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -27,10 +30,10 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
 from mtad.harness.prepare import prepare
-from mtad.harness.results import CONFIG_FILE, FAILED_FILE, METRICS_FILE, is_complete
-from mtad.harness.signature import config_hash
 from mtad.paper.expansion import PlannedRun
 from mtad.paper.recipes import REPO, RecipeError
+from mtad.runs.folder import FAILED_FILE, read_config, read_failure, read_metrics
+from mtad.runs.index import StudyIndex
 
 CONF = REPO / "conf"
 # ConfigErrors under these keys mean "this data / judge is not here", not "this value is
@@ -38,9 +41,6 @@ CONF = REPO / "conf"
 # are not checked when planning (they are the job host's business: a login node without GPUs
 # plans GPU runs); a planning host without the configured device is noted once instead.
 UNAVAILABLE_KEYS = ("task",)
-# The part of a run's identity that only the host running it knows (mtad.harness.prepare
-# hashes it into the signature): a planner matches finished runs without it.
-HOST_KEYS = (("hardware", "gpu_model"),)
 
 Composer = Callable[[Sequence[str]], DictConfig]
 
@@ -62,11 +62,11 @@ class RunStatus:
 
     def metrics(self) -> dict[str, Any]:
         assert self.result_dir is not None
-        return json.loads((self.result_dir / METRICS_FILE).read_text())
+        return read_metrics(self.result_dir) or {}
 
     def config(self) -> dict[str, Any]:
         assert self.result_dir is not None
-        return yaml.safe_load((self.result_dir / CONFIG_FILE).read_text())
+        return read_config(self.result_dir)
 
     def cell(self) -> str:
         """What a table shows where this run has no number."""
@@ -122,55 +122,21 @@ def _without_hydra(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def _failure_reason(folder: Path) -> str:
-    try:
-        info = json.loads((folder / FAILED_FILE).read_text())
-    except (OSError, ValueError):
-        return "unreadable failure record"
-    return str(info.get("error") or info.get("message") or "error").splitlines()[0][:200]
-
-
-def portable_key(config: dict[str, Any]) -> str:
-    """The run's identity without what only its host knows (the GPU model)."""
-    tree = json.loads(json.dumps(config, default=str))
-    tree.pop("signature", None)
-    for path in HOST_KEYS:
-        node = tree
-        for key in path[:-1]:
-            node = node.get(key, {}) if isinstance(node, dict) else {}
-        if isinstance(node, dict):
-            node.pop(path[-1], None)
-    return config_hash(tree)
-
-
-class StudyIndex:
-    """Finished and failed result folders of studies by :func:`portable_key`, read once, so a
-    run planned on one host finds its results written on another (a GPU node)."""
+class PlanIndex(StudyIndex):
+    """The studies' complete runs (:class:`~mtad.runs.index.StudyIndex`) and the task cache of
+    :func:`~mtad.harness.prepare.prepare`, shared by every run of a plan."""
 
     def __init__(self) -> None:
-        self.studies: dict[Path, dict[str, list[Path]]] = {}
-        self.tasks: dict[str, Any] = {}  # runner.prepare's task cache, shared by a plan
-
-    def folders(self, study_dir: Path, key: str) -> list[Path]:
-        if study_dir not in self.studies:
-            index: dict[str, list[Path]] = {}
-            for cfg_file in sorted(study_dir.glob("*/config.yaml")):
-                try:
-                    config = yaml.safe_load(cfg_file.read_text())
-                except (OSError, yaml.YAMLError):
-                    continue
-                if isinstance(config, dict):
-                    index.setdefault(portable_key(config), []).append(cfg_file.parent)
-            self.studies[study_dir] = index
-        return self.studies[study_dir].get(key, [])
+        super().__init__()
+        self.tasks: dict[str, Any] = {}
 
 
-def resolve(planned: PlannedRun, compose: Composer, index: StudyIndex | None = None) -> RunStatus:
+def resolve(planned: PlannedRun, compose: Composer, index: PlanIndex | None = None) -> RunStatus:
     if planned.unavailable is not None:
         return RunStatus(planned, "not_run", reason=planned.unavailable.text())
+    index = index or PlanIndex()
     try:
         cfg = _without_hydra(compose(planned.overrides))
-        index = index or StudyIndex()
         prep = prepare(cfg, host_checks=False, task_cache=index.tasks)
     except ConfigError as err:
         if any(err.key == k or err.key.startswith(f"{k}.") for k in UNAVAILABLE_KEYS):
@@ -190,16 +156,15 @@ def resolve(planned: PlannedRun, compose: Composer, index: StudyIndex | None = N
         preflight.check_device(str(OmegaConf.select(cfg, "runtime.device")))
     except ConfigError as err:
         status.host_note = str(err)
-    if is_complete(prep.result_dir):
-        status.state = "done"
-        return status
-    # Written on another host (another GPU model): the same run by its portable key.
-    elsewhere = index.folders(prep.result_dir.parent, portable_key(prep.config))
-    done = [f for f in elsewhere if is_complete(f)]
-    if done:
-        status.state, status.result_dir, status.signature = "done", done[0], done[0].name
+    study_dir = prep.result_dir.parent
+    identity = prep.identity
+    if status.host_note is not None:  # run elsewhere: as the study's machine of its kind ran it
+        identity = index.elsewhere(study_dir, identity) or identity
+    done = index.find(study_dir, identity)
+    if done is not None:
+        status.state, status.result_dir, status.signature = "done", done, done.name
     elif (prep.result_dir / FAILED_FILE).is_file():
-        status.state, status.reason = "failed", _failure_reason(prep.result_dir)
+        status.state, status.reason = "failed", read_failure(prep.result_dir)
     return status
 
 
@@ -208,7 +173,7 @@ def resolve_all(
 ) -> dict[tuple[str, ...], RunStatus]:
     """Status per distinct override set (``PlannedRun.key``)."""
     out: dict[tuple[str, ...], RunStatus] = {}
-    index = StudyIndex()
+    index = PlanIndex()
     for run in planned:
         if run.key not in out:
             out[run.key] = resolve(run, compose, index)

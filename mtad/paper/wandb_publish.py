@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import wandb
+
 from mtad.paper.rendered import Rendered
 from mtad.paper.report_text import find_run_dirs, publish_instructions, report_markdown
 from mtad.paper.wandb_report import build_report, load_report_definition, report_definition
@@ -137,7 +139,6 @@ def publish_report(
             f"W&B mode is {mode!r}: run `wandb login`, sync the runs as PUBLISH.md says, then "
             "rerun with WANDB_MODE=online and --publish"
         )
-    import wandb  # 0.6 s to import: only when publishing
 
     try:
         api = wandb.Api()

@@ -9,9 +9,13 @@ import json
 import os
 from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
+import wandb_workspaces
+import wandb_workspaces.reports.v2 as wr
+from wandb_workspaces import expr
+from wandb_workspaces.reports.v2 import internal
 
 from mtad.paper.rendered import Rendered
 from mtad.paper.wandb_run import (
@@ -25,11 +29,6 @@ from mtad.paper.wandb_run import (
     analysis_run_name,
     flat_frame,
 )
-
-# wandb_workspaces (0.7 s to import) is imported by the functions that build or read a report:
-# scripts/reproduce.py imports this module at start, and rendering tables never needs it.
-if TYPE_CHECKING:
-    import wandb_workspaces.reports.v2 as wr
 
 # --------------------------------------------------------------------------------------------
 # the report
@@ -56,8 +55,6 @@ def build_report(
     kept as ``""``: W&B's own default would ask the server). Panel and run-set ids are derived
     from the study so that re-rendering writes the same definition.
     """
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     study, profile = rendered.study, rendered.profile
     main_key = main_table or (
         "main" if "main" in rendered.tables else next(iter(rendered.tables), None)
@@ -91,9 +88,6 @@ def build_report(
 def _runsets(rendered: Rendered, project: str, entity: str) -> tuple[Any, Any]:
     """The study's harness runs (group == study, not the analysis run, and when known their
     ids) and the analysis run, as two run sets."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-    from wandb_workspaces import expr
-
     study, profile = rendered.study, rendered.profile
     run_filters = [expr.Metric("Group") == study, expr.Metric("JobType") != ANALYSIS_JOB_TYPE]
     if rendered.run_ids:
@@ -116,8 +110,6 @@ def _runsets(rendered: Rendered, project: str, entity: str) -> tuple[Any, Any]:
 
 def _summary_blocks(rendered: Rendered, main_key: str | None) -> list[Any]:
     """The opening text, the claims, the main table and the ratios, as Markdown."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     study, profile = rendered.study, rendered.profile
     blocks: list[Any] = [
         wr.P(
@@ -143,8 +135,6 @@ def _summary_blocks(rendered: Rendered, main_key: str | None) -> list[Any]:
 def _per_method_panels() -> list[Any]:
     """Bar charts per method of the summary keys the harness logs, the time split and the
     acceptance rate."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     panels: list[Any] = [
         wr.BarPlot(
             title=f"{key}: {label}",
@@ -178,8 +168,6 @@ def _per_method_panels() -> list[Any]:
 
 def _ablation_panels() -> list[Any]:
     """Scatter plots of the ablated method parameters (run config) against speed and quality."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     return [
         wr.ScatterPlot(
             title=f"{metric} vs {param}",
@@ -193,8 +181,6 @@ def _ablation_panels() -> list[Any]:
 
 def _analysis_panels(rendered: Rendered, main_key: str | None) -> list[Any]:
     """The analysis run's figures (a MediaBrowser over ``figure/*``) and tables."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     media: list[Any] = []
     if rendered.figures:
         media.append(
@@ -219,8 +205,6 @@ def _analysis_panels(rendered: Rendered, main_key: str | None) -> list[Any]:
 def _fix_ids(report: wr.Report, seed: str) -> None:
     """Replace the random panel and run-set ids (``internal._generate_name``) by ones derived
     from ``seed`` and the position, so that the definition file is stable across renders."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-
     for b, block in enumerate(report.blocks):
         if not isinstance(block, wr.PanelGrid):
             continue
@@ -252,9 +236,6 @@ def report_definition(report: wr.Report) -> dict[str, Any]:
     intended entity and project beside the model (``runsets``), and publishing rebuilds the
     report with them set.
     """
-    import wandb_workspaces  # see the imports at the top
-    import wandb_workspaces.reports.v2 as wr
-
     offline = copy.deepcopy(report)
     runsets = []
     for block in offline.blocks:
@@ -288,9 +269,6 @@ def _dist_version() -> str:
 def load_report_definition(path: str | os.PathLike[str]) -> wr.Report:
     """The ``wr.Report`` of a definition file written by :func:`write_report` (run-set
     entities and projects restored); no network call."""
-    import wandb_workspaces.reports.v2 as wr  # see the imports at the top
-    from wandb_workspaces.reports.v2 import internal
-
     data = json.loads(Path(path).read_text())
     if data.get("format") != DEFINITION_FORMAT:
         raise ValueError(f"{path}: not a report definition ({data.get('format')!r})")

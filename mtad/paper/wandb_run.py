@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import wandb
 
-from mtad.comparison import COMPARISON_COLUMNS
-from mtad.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, VERDICTS
 from mtad.paper.rendered import Rendered
+from mtad.runs.comparison import COMPARISON_COLUMNS
+from mtad.runs.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, VERDICTS
 
 ANALYSIS_JOB_TYPE = "analysis"
 REPORT_DIR = "report"
@@ -124,8 +125,6 @@ def log_analysis_run(
 
 def _start_run(rendered: Rendered, *, project: str, entity: str | None, mode: str, dir: Any) -> Any:
     """``wandb.init`` of the analysis run (id and name from study and profile, resumed)."""
-    import wandb  # 0.6 s to import: not when W&B is disabled
-
     settings = wandb.Settings(
         console="off",  # as mtad.harness.wandb_logger: the console stays ours
         x_disable_stats=True,  # no system-metrics sampler: nothing here is worth sampling
@@ -164,8 +163,6 @@ def _analysis_config(rendered: Rendered) -> dict[str, Any]:
 
 def _payload(rendered: Rendered) -> dict[str, Any]:
     """Every table (display and numeric), figure, the ratios and the claims, by W&B key."""
-    import wandb  # 0.6 s to import: not when W&B is disabled
-
     payload: dict[str, Any] = {}
     for key, frame in rendered.tables.items():
         payload[f"table/{key}"] = wandb_table(frame)
@@ -203,8 +200,6 @@ def wandb_table(frame: pd.DataFrame) -> Any:
     (``wandb.Table``: "Data row contained incompatible types"); display cells mix numbers and
     "not run: why" labels, so non-numeric columns become text.
     """
-    import wandb  # 0.6 s to import: only where a table is logged
-
     flat = flat_frame(frame)
     columns = [str(c) for c in flat.columns]
     cells: list[list[Any]] = [[] for _ in range(len(flat))]

@@ -44,6 +44,14 @@ CHAT_MODES = ("auto", True, False)
 PROTOCOLS = ("authors", "harness")
 
 
+def check_positive(**values: float) -> None:
+    """``task.<key> must be > 0`` for the first of ``values`` that is not, named as the user
+    wrote it (not as the code it configures calls it)."""
+    for key, value in values.items():
+        if not value > 0:
+            raise ValueError(f"task.{key} must be > 0, got {value!r}")
+
+
 def check_protocol(protocol: str) -> str:
     if protocol not in PROTOCOLS:
         raise ValueError(f"task.protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -70,8 +78,14 @@ class Task(abc.ABC):
     """
 
     name: ClassVar[str]
-    # The metrics key of the task's headline score (None: perplexity only).
+    # The metrics key of the task's headline score (None: perplexity only), and the field of
+    # its per-prompt records whose mean that score is (the paired intervals resample it; None:
+    # the score is no per-prompt mean, and its interval is over seeds).
     primary_metric: str | None = None
+    score_record: ClassVar[str | None] = None
+    # Whether generate() scores with the target model itself (lm-eval's log-likelihoods): the
+    # harness then passes it as ``target_model``.
+    needs_target_model: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -195,11 +209,13 @@ class Task(abc.ABC):
 
     @staticmethod
     def base_record(output: SampleOutput) -> dict[str, Any]:
+        """Id, output text and ``output_tokens``: the tokens kept up to the stop string, what
+        is scored (the decoder's ``new_tokens`` count every generated token)."""
         gens = output.generations
         return {
             "id": output.sample.id,
             "output": output.text,
-            "new_tokens": sum(len(g.output_ids) for g in gens),
+            "output_tokens": sum(len(g.output_ids) for g in gens),
             "stopped_by": gens[-1].stopped_by if gens else "",
         }
 
@@ -217,7 +233,7 @@ def score_outputs(
     result = task.score(outputs)
     if target_model is None:
         return result
-    from mtad.tasks.quality import score_perplexity  # torch: see the imports at the top
+    from mtad.tasks.quality import score_perplexity
 
     gens = [g for o in outputs for g in o.generations]
     ppl = score_perplexity(target_model, [g.prompt_ids for g in gens], [g.output_ids for g in gens])
@@ -233,7 +249,7 @@ def score_outputs(
 
 def total_stats(outputs: Sequence[SampleOutput]) -> DecodeStats:
     """All generations' decoder counters summed."""
-    from mtad.engine import DecodeStats  # torch: see the imports at the top
+    from mtad.engine import DecodeStats
 
     return DecodeStats.total([g.stats for o in outputs for g in o.generations if g.stats])
 

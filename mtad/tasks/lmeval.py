@@ -116,6 +116,7 @@ class LMEvalTask(Task):
     the target's log-likelihoods); ``score`` reports lm-eval's metrics as ``<task>/<metric>``."""
 
     name = "lm_eval"
+    needs_target_model = True
 
     def __init__(
         self,

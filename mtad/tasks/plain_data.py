@@ -15,15 +15,13 @@ Integers travel in hex (no limit on digits, unlike ``int(str)``); floats as ``fl
 refuses self-containing lists.
 
 Standard library only and free of package imports: the sandboxed child and the trusted checker
-load this file by path (:func:`load_by_path`), the harness imports it as a module.
+load this file by its path (they run with ``python -I``), the harness imports it as a module.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from types import ModuleType
 from typing import Any
 
 MAX_DEPTH = 64
@@ -163,12 +161,3 @@ def read_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> Any:
     if payload is None:
         return None
     return decode(payload)
-
-
-def load_by_path(path: str) -> ModuleType:
-    """This module loaded from its file, for the child scripts that run with ``python -I``."""
-    spec = importlib.util.spec_from_file_location("mtad_plain_data", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -35,6 +35,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import datasets
+from rouge_score import rouge_scorer
+
 from mtad.tasks.base import Task
 from mtad.tasks.generator import TextGenerator
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
@@ -45,8 +48,6 @@ LOCAL_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".cs
 
 def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> list[dict[str, float]]:
     """Per-pair ROUGE-1/2/L F-measures by ``rouge_score.rouge_scorer`` (no stemming)."""
-    from rouge_score import rouge_scorer  # 2 s to import: only where ROUGE is scored
-
     scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=False)
     return [
         {k: s.fmeasure for k, s in scorer.score(ref, pred).items()}
@@ -77,6 +78,7 @@ class HFPerplexityTask(Task):
     default_max_prompt_tokens: ClassVar[int | None] = None
     fields: ClassVar[tuple[str, ...]]  # what a local copy must hold
     primary_metric = "rougeL"
+    score_record = "rougeL"
 
     def __init__(
         self,
@@ -106,8 +108,6 @@ class HFPerplexityTask(Task):
 
     def load_rows(self) -> list[dict[str, Any]]:
         """The rows of the split, from ``task.path`` or the hub / HF cache."""
-        import datasets  # 0.7 s to import: only when rows are loaded
-
         if self.path:
             return self._local_rows(Path(self.path).expanduser())
         try:
@@ -134,8 +134,6 @@ class HFPerplexityTask(Task):
         return [dict(row) for row in ds]
 
     def _local_rows(self, path: Path) -> list[dict[str, Any]]:
-        import datasets  # as in load_rows
-
         if not path.exists():
             raise DatasetUnavailable(f"task.path: {path} does not exist (a copy of {self.label})")
         if path.is_dir():
@@ -231,6 +229,7 @@ class ChatAlpacaTask(HFPerplexityTask):
     )
     fields = ("conversations",)
     primary_metric = None  # the v1 paper reports perplexity on it; ROUGE is recorded
+    score_record = None
 
     def rows_to_samples(self, rows: list[dict[str, Any]]) -> list[Sample]:
         samples = []
@@ -253,6 +252,7 @@ class ChatGPTPromptsTask(HFPerplexityTask):
     default_max_prompt_tokens = 512
     fields = ("human_prompt", "chatgpt_response")
     primary_metric = None
+    score_record = None
 
     def rows_to_samples(self, rows: list[dict[str, Any]]) -> list[Sample]:
         return [

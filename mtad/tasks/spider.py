@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mtad.tasks.base import Task, check_protocol
+from mtad.tasks.base import Task, check_positive, check_protocol
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sqlite_readonly import QueryRefused, execute_readonly, results_match, schema_ddl
 
@@ -77,6 +77,7 @@ AUTHORS_EXAMPLE = (
 )
 AUTHORS_TEMPLATE = "{example}Schema:\n{schema}\nQuestion: {question}\nSQL:"
 AUTHORS_N = 10  # src/evaluation.py: ``dataloader = dataloader[:10]``
+
 
 def authors_schema(db: dict[str, Any]) -> str:
     """One ``tables.json`` entry in the authors' "MySQL-like" format.
@@ -127,6 +128,7 @@ def clean_prediction(text: str) -> str:
 class SpiderTask(Task):
     name = "spider"
     primary_metric = "execution_accuracy"
+    score_record = "exec_match"
 
     def __init__(
         self,
@@ -147,6 +149,7 @@ class SpiderTask(Task):
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.data_dir = Path(data_dir).expanduser() if data_dir else None
         self.split = split
+        check_positive(timeout_s=timeout_s, max_rows=max_rows)
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
 
@@ -213,11 +216,6 @@ class SpiderTask(Task):
                 )
             )
         return samples
-
-    def execution_match(self, db_id: str, gold: str, predicted: str) -> tuple[bool, str]:
-        """(correct, error message) for one prediction."""
-        correct, _, error = self._execute(db_id, gold, predicted)
-        return correct, error
 
     def _execute(self, db_id: str, gold: str, predicted: str) -> tuple[bool, bool, str]:
         """(correct, correct by the authors' set comparison, error message)."""
