@@ -225,6 +225,7 @@ class _Channels:
     err: IO[bytes]
     status: IO[bytes]
     program: IO[bytes]
+    args: IO[bytes]
     nonce: bytes
     done_r: int
     handed: list[int]
@@ -235,9 +236,10 @@ def _temporary(stack: ExitStack) -> IO[bytes]:
 
 
 def _open_channels(stack: ExitStack, source: str) -> _Channels:
-    """Output files, the status file, the program's source and the nonce round trip: the
-    wrapper reads the nonce once the program ended, and writes it back on ``done``."""
-    out, err, status, program = (_temporary(stack) for _ in range(4))
+    """Output files, the status file, the program's source, bwrap's options and the nonce
+    round trip: the wrapper reads the nonce once the program ended, and writes it back on
+    ``done``."""
+    out, err, status, program, args = (_temporary(stack) for _ in range(5))
     program.write(source.encode("utf-8"))
     program.seek(0)
     nonce = secrets.token_hex(16).encode()
@@ -246,7 +248,7 @@ def _open_channels(stack: ExitStack, source: str) -> _Channels:
     os.close(nonce_w)
     done_r, done_w = os.pipe()
     stack.callback(os.close, done_r)
-    return _Channels(out, err, status, program, nonce, done_r, [nonce_r, done_w])
+    return _Channels(out, err, status, program, args, nonce, done_r, [nonce_r, done_w])
 
 
 def _wrapper_spec(
@@ -286,16 +288,21 @@ def _start(
     argv: list[str], ch: _Channels, env: dict[str, str], uid: int | None
 ) -> subprocess.Popen:
     """bwrap, as ``uid`` when given (root hands the run a uid of its own before bwrap starts:
-    bwrap then builds an unprivileged sandbox, exactly as for a normal user)."""
+    bwrap then builds an unprivileged sandbox, exactly as for a normal user). Its options come
+    on a descriptor (``--args``), not on its command line: bwrap stays pid 1 of the sandbox,
+    and its ``/proc/1/cmdline`` would show the host paths it binds."""
+    split = argv.index("--")
+    ch.args.write(b"".join(a.encode() + b"\0" for a in argv[1:split]))
+    ch.args.seek(0)
     user = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
     return subprocess.Popen(
-        argv,
+        [argv[0], "--args", str(ch.args.fileno()), *argv[split:]],
         cwd="/",
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=ch.out,
         stderr=ch.err,
-        pass_fds=[ch.status.fileno(), ch.program.fileno(), *ch.handed],
+        pass_fds=[ch.status.fileno(), ch.program.fileno(), ch.args.fileno(), *ch.handed],
         start_new_session=True,
         **user,
     )
