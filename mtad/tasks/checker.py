@@ -32,13 +32,19 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mtad.tasks._sandbox_procs import output_tail, read_available, wait_exit
-from mtad.tasks.sandbox import SandboxLimits, SandboxResult, Serving, default_python, run_python
+from mtad.tasks.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    Serving,
+    default_python,
+    in_parallel,
+    run_python,
+)
 
 _CHECKER = Path(__file__).with_name("_checker_child.py")
 _CODEC = Path(__file__).with_name("plain_data.py")
@@ -157,7 +163,4 @@ def check_many(
     def one(item: tuple[dict[str, Any], str]) -> Verdict:
         return check_completion(item[0], item[1], limits, python=python)
 
-    if workers <= 1:
-        return [one(i) for i in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, items))
+    return in_parallel(one, items, workers)

@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from mtad.tasks._sandbox_bwrap import (
     SCRATCH,
@@ -74,6 +74,8 @@ from mtad.tasks._sandbox_procs import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
 _CODEC = Path(__file__).with_name("plain_data.py")
@@ -96,6 +98,7 @@ __all__ = [
     "Serving",
     "check_sandbox",
     "default_python",
+    "in_parallel",
     "run_many",
     "run_python",
 ]
@@ -398,6 +401,22 @@ def run_python(
     )
 
 
+def in_parallel(work: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[work(i) for i in items]``, ``workers`` at a time, in order. On an exception (Ctrl-C
+    included) the items not started are dropped: only those running finish (each within its
+    own time limit), not every queued one as ``with ThreadPoolExecutor`` would."""
+    if workers <= 1:
+        return [work(i) for i in items]
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        results = list(pool.map(work, items))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
+
+
 def run_many(
     sources: Sequence[str],
     limits: SandboxLimits | None = None,
@@ -406,7 +425,4 @@ def run_many(
     python: str | None = None,
 ) -> list[SandboxResult]:
     """:func:`run_python` over many programs, ``workers`` at a time (results in input order)."""
-    if workers <= 1:
-        return [run_python(s, limits, python=python) for s in sources]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: run_python(s, limits, python=python), sources))
+    return in_parallel(lambda s: run_python(s, limits, python=python), sources, workers)
