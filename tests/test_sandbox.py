@@ -350,6 +350,16 @@ def test_detached_daemon_does_not_survive() -> None:
     assert r.passed  # the leftover check in _run is the point of this test
 
 
+def test_the_environment_is_clean(monkeypatch) -> None:
+    """No secret of the harness's environment (API keys) reaches the program."""
+    monkeypatch.setenv("WANDB_API_KEY", "secret")
+    r = run_python("import json, os\nprint(json.dumps(dict(os.environ)))\n", FAST)
+    assert r.passed, r.stderr
+    seen = json.loads(r.stdout)
+    assert sorted(seen) == ["HOME", "LANG", "LOGNAME", "PATH", "PWD", "TMPDIR", "USER"]
+    assert seen["HOME"] == seen["PWD"] == seen["TMPDIR"] == "/tmp"  # bwrap sets PWD
+
+
 def test_isolation_is_reported() -> None:
     r = _run("pass\n")
     assert "rlimits" in r.isolation

@@ -170,3 +170,22 @@ def test_the_sandbox_and_interpreter_are_checked_on_this_host() -> None:
         HumanEvalTask(python="/nonexistent/python3").check_host()
     with pytest.raises(ValueError, match=r"^task.python: .*README.md is not an executable file"):
         HumanEvalTask(python=str(Path(__file__).parents[1] / "README.md")).check_host()
+
+
+def test_without_bubblewrap_humaneval_refuses_to_start(monkeypatch) -> None:
+    """No weaker fallback: the check before any model loads says what is missing."""
+    from mtad.tasks import _sandbox_bwrap, sandbox
+
+    for cached in (_sandbox_bwrap.bwrap_path, sandbox._checked):
+        cached.cache_clear()
+    monkeypatch.setattr(_sandbox_bwrap.shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(ValueError) as err:
+            HumanEvalTask().check_host()
+        assert str(err.value) == (
+            "the HumanEval sandbox cannot start here: bubblewrap (bwrap) is not installed; "
+            "install bubblewrap: scripts/setup.sh does it (apt-get install bubblewrap)"
+        )
+    finally:
+        for cached in (_sandbox_bwrap.bwrap_path, sandbox._checked):
+            cached.cache_clear()
