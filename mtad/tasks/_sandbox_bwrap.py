@@ -130,7 +130,7 @@ def interpreter(python: str, uid: int | None) -> Interpreter:
         os.path.join(p, name)
         for p in paths
         for name in ("site-packages", "dist-packages")
-        if os.path.isdir(os.path.join(p, name))
+        if os.path.isdir(os.path.join(p, name)) and not os.path.islink(os.path.join(p, name))
     )
     return Interpreter(
         executable=os.path.realpath(found["executable"]),

@@ -4,8 +4,9 @@ completion in the sandbox, plain data between them.
 Per sample, two processes:
 
 * the **sandboxed program** (:func:`mtad.tasks.sandbox.run_python` in serve mode): the
-  problem's prompt plus the completion, under the sandbox's full isolation (namespaces, own uid,
-  rlimits, read-only filesystem); it runs no test, it only answers calls of the entry point;
+  problem's prompt plus the completion, in the bubblewrap sandbox (only the interpreter's
+  standard library and a scratch folder visible; namespaces, own uid, rlimits:
+  ``docs/sandbox.md``); it runs no test, it only answers calls of the entry point;
 * the **trusted checker** (``_checker_child.py``, the harness's own interpreter, never touched
   by the completion): the data set's tests, whose ``candidate(*args)`` crosses a pipe through
   the data-only codec :mod:`mtad.tasks.plain_data`.
