@@ -325,6 +325,25 @@ def _wait(
         kill_everything(proc, uid)
 
 
+def _read_back(ch: _Channels, limits: SandboxLimits) -> tuple[bool, bool, str, str]:
+    """(the nonce came back, the wrapper reported ready, stdout tail, stderr tail)."""
+    completed = read_available(ch.done_r) == ch.nonce
+    ch.status.seek(0)
+    ready = b'"ready": true' in ch.status.read()
+    stdout = output_tail(ch.out, limits.max_output_bytes)
+    stderr = output_tail(ch.err, limits.max_output_bytes)
+    return completed, ready, stdout, stderr
+
+
+def _isolation(limits: SandboxLimits, uid: int | None) -> tuple[str, ...]:
+    """What was in force: bwrap refuses to start rather than give less."""
+    return (
+        ISOLATION
+        + (() if limits.network else ("net_namespace",))
+        + (("own_uid",) if uid is not None else ())
+    )
+
+
 def _state(
     timed_out: bool, ended_itself: bool, returncode: int, completed: bool, serving: bool
 ) -> str:
@@ -379,23 +398,17 @@ def run_python(
             for fd in ch.handed:
                 os.close(fd)
         timed_out, ended_itself = _wait(proc, limits, serve, uid)
-        completed = read_available(ch.done_r) == ch.nonce
         wall = time.perf_counter() - start
-        ch.status.seek(0)
-        ready = b'"ready": true' in ch.status.read()
-        stderr = output_tail(ch.err, limits.max_output_bytes)
-        stdout = output_tail(ch.out, limits.max_output_bytes)
+        completed, ready, stdout, stderr = _read_back(ch, limits)
     if not ready and not timed_out and ended_itself:
         raise SandboxError(f"setup failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
-    isolation = ISOLATION + (() if limits.network else ("net_namespace",))
-    isolation += ("own_uid",) if uid is not None else ()
     return SandboxResult(
         status=_state(timed_out, ended_itself, proc.returncode, completed, serve is not None),
         returncode=proc.returncode if ended_itself and not timed_out else None,
         stdout=stdout,
         stderr=stderr,
         wall_s=wall,
-        isolation=isolation,
+        isolation=_isolation(limits, uid),
         uid=uid,
         completed=completed and not timed_out and serve is None,
     )
