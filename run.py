@@ -6,7 +6,8 @@
     python run.py -m +experiment=smoke method.gamma=2,3 method.tau=0.3,0.6
 
 Results: ``results/<study>/<signature>/`` (see ``mtad/harness/job.py``). Bad values stop the
-run before any model loads, with one line on stderr naming the key, and exit status 2.
+run before any model loads, with one line on stderr naming the key, and exit status 2. Ctrl-C
+ends with one line (what finished, what did not; the same command resumes) and exit status 130.
 """
 
 from __future__ import annotations
@@ -14,25 +15,30 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import hydra
 from omegaconf import DictConfig
 
 from mtad.harness.cli import check_command_line, report_config_error
 from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.interrupt import exit_interrupted
+
+if TYPE_CHECKING:
+    from mtad.harness.job import RunOutcome
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> RunOutcome | None:
     # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
     # group-choice check (under __main__) do not need.
     from mtad.harness.job import run_from_hydra
     from mtad.runs.folder import ResultsNotWritten
 
     try:
-        run_from_hydra(cfg)
+        return run_from_hydra(cfg)  # the outcome goes to the callbacks (InterruptReport)
     except ConfigError as err:
         report_config_error(err)
     except ResultsNotWritten as err:  # e.g. the disk filled up: one line, exit status 1
@@ -51,4 +57,7 @@ if __name__ == "__main__":
     except ConfigError as err:
         report_config_error(err)
     register_configs()
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (mtad/harness/interrupt.py)
+        exit_interrupted(sweep=bool({"-m", "--multirun"} & set(sys.argv[1:])))

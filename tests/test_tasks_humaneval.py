@@ -108,3 +108,84 @@ def test_program_is_prompt_completion_test_check(problems: dict) -> None:
     prog = program_for(p, "    pass\n")
     assert prog.startswith(p["prompt"] + "    pass\n")
     assert prog.rstrip().endswith(f"check({p['entry_point']})")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            b"task_id,prompt\nHumanEval/0,x\n",
+            "line 1 is not valid JSON (Expecting value at column 1)",
+        ),
+        (
+            b'{"id": "a", "prompt": "hi"}\n',
+            "line 1 is not a HumanEval problem (no task_id, test, entry_point)",
+        ),
+        (
+            b'{"task_id": "x/0", "prompt": "def f():\\n", "test": "", "entry_point": "f"}\n',
+            'line 1: test must be a non-empty string, got ""',
+        ),
+        (
+            b'{"task_id": "x/0", "prompt": "def f():\\n", "test": "t", "entry_point": "f()"}\n',
+            "line 1: entry_point must be a Python name, got 'f()'",
+        ),
+        (b"\x89PNG\r\n\x1a\n", "line 1 is not UTF-8 text (byte 0x89 at column 1)"),
+    ],
+    ids=["csv", "prompt file", "empty test", "entry point", "binary"],
+)
+def test_a_data_file_of_another_format_names_file_and_line(
+    content: bytes, problem: str, tmp_path: Path
+) -> None:
+    f = tmp_path / "other.jsonl"
+    f.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        HumanEvalTask(data_path=str(f)).samples()
+    assert str(err.value) == f"task.data_path: {f} {problem}"
+    gz = tmp_path / "not_gzip.jsonl.gz"
+    gz.write_bytes(b'{"task_id": 1}\n')
+    with pytest.raises(ValueError, match=r"not_gzip.jsonl.gz cannot be read as JSON lines"):
+        HumanEvalTask(data_path=str(gz)).samples()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout_s": 0}, "task.timeout_s must be a number of seconds > 0, got 0"),
+        ({"timeout_s": float("nan")}, "task.timeout_s must be a number of seconds > 0, got nan"),
+        ({"timeout_s": float("inf")}, "task.timeout_s must be a number of seconds > 0, got inf"),
+        ({"memory_mb": 8}, "task.memory_mb must be an integer >= 64, got 8"),
+        ({"workers": 0}, "task.workers must be an integer >= 1, got 0"),
+    ],
+)
+def test_limits_are_named_by_the_task_keys(options: dict, message: str) -> None:
+    """Not by the sandbox's own names (sandbox.wall_s), which the user never wrote."""
+    with pytest.raises(ValueError) as err:
+        HumanEvalTask(**options)
+    assert str(err.value) == message
+
+
+def test_the_sandbox_and_interpreter_are_checked_on_this_host() -> None:
+    HumanEvalTask().check_host()  # the default interpreter and bubblewrap work here
+    with pytest.raises(ValueError, match=r"^task.python: /nonexistent/python3 does not exist$"):
+        HumanEvalTask(python="/nonexistent/python3").check_host()
+    with pytest.raises(ValueError, match=r"^task.python: .*README.md is not an executable file"):
+        HumanEvalTask(python=str(Path(__file__).parents[1] / "README.md")).check_host()
+
+
+def test_without_bubblewrap_humaneval_refuses_to_start(monkeypatch) -> None:
+    """No weaker fallback: the check before any model loads says what is missing."""
+    from mtad.tasks import _sandbox_bwrap, sandbox
+
+    for cached in (_sandbox_bwrap.bwrap_path, sandbox._checked):
+        cached.cache_clear()
+    monkeypatch.setattr(_sandbox_bwrap.shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(ValueError) as err:
+            HumanEvalTask().check_host()
+        assert str(err.value) == (
+            "the HumanEval sandbox cannot start here: bubblewrap (bwrap) is not installed; "
+            "install bubblewrap: scripts/setup.sh does it (apt-get install bubblewrap)"
+        )
+    finally:
+        for cached in (_sandbox_bwrap.bwrap_path, sandbox._checked):
+            cached.cache_clear()

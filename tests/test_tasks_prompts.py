@@ -53,13 +53,62 @@ def test_custom_files_and_errors(tmp_path: Path) -> None:
     assert [s.id for s in samples] == ["a", "mine/3"]
     assert samples[1].max_new_tokens == 5 and samples[0].stop == ("\n",)
     assert task.signature()["files"][0].startswith("mine.jsonl:")
-    with pytest.raises(FileNotFoundError, match="task.files"):
+    with pytest.raises(ValueError, match="task.files: .*none.jsonl does not exist"):
         PromptsTask(files=[str(tmp_path / "none.jsonl")]).samples()
     (tmp_path / "dup.jsonl").write_text('{"id": "x", "prompt": "a"}\n{"id": "x", "prompt": "b"}\n')
-    with pytest.raises(ValueError, match="duplicate prompt id 'x'"):
+    with pytest.raises(ValueError, match="dup.jsonl line 2: duplicate prompt id 'x'"):
         PromptsTask(files=[str(tmp_path / "dup.jsonl")]).samples()
-    with pytest.raises(ValueError, match="no 'prompt' field"):
+    with pytest.raises(ValueError, match="mine.jsonl line 1: no 'prompt' field"):
         PromptsTask(files=[str(f)]).samples()
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('{"prompt": null}', "prompt must be a non-empty string, got null"),
+        ('{"prompt": "  "}', 'prompt must be a non-empty string, got "  "'),
+        ('{"prompt": ["a"]}', 'prompt must be a non-empty string, got ["a"]'),
+        ('{"prompt": "a", "max_new_tokens": -3}', "max_new_tokens must be an integer >= 1, got -3"),
+        ('{"prompt": "a", "max_new_tokens": 0}', "max_new_tokens must be an integer >= 1, got 0"),
+        (
+            '{"prompt": "a", "max_new_tokens": 5.5}',
+            "max_new_tokens must be an integer >= 1, got 5.5",
+        ),
+        (
+            '{"prompt": "a", "max_new_tokens": true}',
+            "max_new_tokens must be an integer >= 1, got true",
+        ),
+        (
+            '{"prompt": "a", "max_new_tokens": "8"}',
+            'max_new_tokens must be an integer >= 1, got "8"',
+        ),
+        ('{"prompt": "a", "id": null}', "id must be a string or an integer, got null"),
+        ('{"prompt": "a", "system": 3}', "system must be a string or null, got 3"),
+        ('{"prompt": "a", "kind": 1}', "kind must be a string or null, got 1"),
+        ('{"question_id": 1, "turns": []}', "turns must be a non-empty list, got []"),
+        ('{"question_id": 1, "turns": [null]}', "prompt must be a non-empty string, got null"),
+        ("[1, 2]", "is not a JSON object (got [1, 2])"),
+    ],
+)
+def test_each_row_is_checked_when_the_file_is_read(line: str, problem: str, tmp_path: Path) -> None:
+    """Bad values fail when the file is read (before any model loads), naming file and line;
+    the same row with a good value is accepted."""
+    f = tmp_path / "rows.jsonl"
+    f.write_text('{"prompt": "fine"}\n\n' + line + "\n")
+    with pytest.raises(ValueError) as err:
+        PromptsTask(files=[str(f)]).samples()
+    joint = " " if problem.startswith("is ") else ": "
+    assert str(err.value) == f"task.files: {f} line 3{joint}{problem}"
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path: Path) -> None:
+    f = tmp_path / "latin1.jsonl"
+    f.write_bytes('{"prompt": "ok"}\n{"prompt": "na\u00efve"}\n'.encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin1.jsonl line 2 is not UTF-8 text \(byte 0xef"):
+        PromptsTask(files=[str(f)]).samples()
+    f.write_bytes('{"prompt": "ok"}\n{"prompt": "na\u00efve", "id": 7}\n'.encode())
+    samples = PromptsTask(files=[str(f)]).samples()
+    assert [s.id for s in samples] == ["latin1/1", "7"] and samples[1].turns == ["na\u00efve"]
 
 
 def test_end_to_end_on_the_tiny_pair() -> None:

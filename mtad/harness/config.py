@@ -127,6 +127,16 @@ class LoggerConfig:
             raise ValueError(f"name must be one of {LOGGERS}, got {self.name!r}")
         if self.mode not in WANDB_MODES:
             raise ValueError(f"mode must be one of {WANDB_MODES}, got {self.mode!r}")
+        # W&B's own rule (wandb_settings.validate_project), which it applies only at init,
+        # after the models have loaded
+        bad = "".join(c for c in "/\\#?%:" if c in self.project)
+        if self.name == "wandb" and (bad or not self.project or len(self.project) > 128):
+            team, _, name = self.project.partition("/")
+            hint = f"; for a team's project: logger.entity={team} logger.project={name}"
+            raise ValueError(
+                f"project must be a W&B project name (1-128 characters, none of / \\ # ? % :), "
+                f"got {self.project!r}{hint if bad == '/' and name else ''}"
+            )
 
 
 @dataclass

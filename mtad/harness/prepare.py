@@ -62,6 +62,11 @@ def prepare(
     if host_checks:
         preflight.check_device(rc.runtime.device)
     task = build_task(spec) if task_cache is None else _cached_task(spec, task_cache)
+    if host_checks:  # e.g. HumanEval's sandbox and interpreter (task.python)
+        try:
+            task.check_host()
+        except ValueError as err:
+            raise ConfigError.from_exception("task", err) from err
     method = make_method(spec.method_name, spec.params)
     preflight.check_token_budget(method, task.max_new_tokens)
     if method.uses_draft and spec.draft is None:

@@ -9,6 +9,11 @@ and results travel through the data-only codec ``plain_data.py`` (loaded by path
 completion's objects never exist here and its code never runs here. The verdict (one JSON
 object) goes to the harness on a descriptor the sandbox has no access to.
 
+Its own budget: a reply's size is checked from its header before it is read
+(``MAX_FRAME_BYTES``), its decoding is bounded in nesting, time (``DECODE_BUDGET_S`` from its
+arrival) and hash flooding (``plain_data._Decoder``), and the whole process in CPU seconds, so
+an adversarial reply fails within a second instead of holding the checker to the outer deadline.
+
 Statuses: ``ok``; ``failed`` (an assertion of the tests, or an error they raised on the
 results); ``raised`` (the completion raised; its type name and message are the reason);
 ``not_plain`` (it returned something other than plain data); ``incomplete`` (the sandboxed
@@ -85,8 +90,10 @@ class Channel:
             raise self.fail(
                 "protocol", f"{what}: reply of {n} bytes (limit {codec.MAX_FRAME_BYTES})"
             )
+        data = self._read(n, what)
+        budget = min(codec.DECODE_BUDGET_S, max(0.0, self.deadline - time.monotonic()))
         try:
-            message = codec.decode(self._read(n, what))
+            message = codec.decode(data, budget_s=budget)
         except codec.NotPlainData as err:
             raise self.fail("protocol", f"{what}: reply is not plain data ({err})") from None
         if type(message) is not tuple or not message or type(message[0]) is not str:
@@ -183,6 +190,10 @@ def main() -> None:
     memory = int(spec["memory_mb"]) << 20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # the tests' own work on the replies (e.g. set() over a huge list) within the problem's
+    # time too: past it the kernel ends this process, and the harness records no verdict
+    cpu = int(float(spec["wall_s"])) + 2
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     channel = Channel(int(spec["request_fd"]), int(spec["reply_fd"]), deadline)
     try:
         status, reason = check(problem, channel)

@@ -128,6 +128,11 @@ class Task(abc.ABC):
                 )
         return self._samples
 
+    def check_host(self) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Checks that need this machine (an interpreter, a tool), run before any model loads
+        and skipped when planning runs for another machine. Raise ``ValueError("task.KEY:
+        ...")`` naming the key; the default has nothing to check."""
+
     def signature(self) -> dict[str, Any]:
         """What identifies the evaluated data (goes into the run signature)."""
         return {"task": self.name, "limit": self.limit, "offset": self.offset}

@@ -4,8 +4,9 @@ completion in the sandbox, plain data between them.
 Per sample, two processes:
 
 * the **sandboxed program** (:func:`mtad.tasks.sandbox.run_python` in serve mode): the
-  problem's prompt plus the completion, under the sandbox's full isolation (namespaces, own uid,
-  rlimits, read-only filesystem); it runs no test, it only answers calls of the entry point;
+  problem's prompt plus the completion, in the bubblewrap sandbox (only the interpreter's
+  standard library and a scratch folder visible; namespaces, own uid, rlimits:
+  ``docs/sandbox.md``); it runs no test, it only answers calls of the entry point;
 * the **trusted checker** (``_checker_child.py``, the harness's own interpreter, never touched
   by the completion): the data set's tests, whose ``candidate(*args)`` crosses a pipe through
   the data-only codec :mod:`mtad.tasks.plain_data`.
@@ -32,13 +33,19 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mtad.tasks._sandbox_procs import output_tail, read_available, wait_exit
-from mtad.tasks.sandbox import SandboxLimits, SandboxResult, Serving, default_python, run_python
+from mtad.tasks.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    Serving,
+    default_python,
+    in_parallel,
+    run_python,
+)
 
 _CHECKER = Path(__file__).with_name("_checker_child.py")
 _CODEC = Path(__file__).with_name("plain_data.py")
@@ -157,7 +164,4 @@ def check_many(
     def one(item: tuple[dict[str, Any], str]) -> Verdict:
         return check_completion(item[0], item[1], limits, python=python)
 
-    if workers <= 1:
-        return [one(i) for i in items]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, items))
+    return in_parallel(one, items, workers)

