@@ -97,22 +97,37 @@ def accepted_length(h: torch.Tensor, generator: torch.Generator) -> torch.Tensor
     return torch.where(eta < h, positions, 0).max()
 
 
-def block_verify(
-    p: Candidates, q: Candidates, x: torch.Tensor, generator: torch.Generator
-) -> tuple[int, torch.Tensor]:
-    """Accepted length ``k`` (the one host sync) and the next token ``[1]`` for drafted ``x``
-    ``[g]`` given the warped target ``p`` (``g + 1`` rows) and draft ``q`` (``g`` rows)."""
+def verification_plan(
+    p: Candidates, q: Candidates, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For drafted ``x`` ``[g]``, the warped target ``p`` (``g + 1`` rows) and draft ``q``
+    (``g`` rows): the stop probabilities ``h`` ``[g]`` and the weighted residuals ``[g, m]``
+    with their masses ``[g]`` (no host sync)."""
     g = x.shape[0]
     log_w = block_log_weights(p[:g].logp_of(x), q.logp_of(x))
     rows = p[:g]
     resid, mass = residual_mass(rows.logp, logq_at(rows, q), log_w[:g].exp())
-    k = int(accepted_length(stop_probabilities(log_w, mass), generator))
-    if k == g:  # the whole block passed: a bonus token from the target
-        dist = p[g]
-    else:
-        row = p[k]
-        dist = Candidates(row.tokens, normalized_residual(resid[k], mass[k], row.logp), row.dense)
-    return k, dist.sample(generator).view(1)
+    return stop_probabilities(log_w, mass), resid, mass
+
+
+def next_token_distribution(
+    p: Candidates, resid: torch.Tensor, mass: torch.Tensor, k: int
+) -> Candidates:
+    """Where the next token comes from after ``k`` accepted tokens: the normalised weighted
+    residual of row ``k``, or the target's row ``g`` (the bonus token) when all ``g`` passed."""
+    if k == resid.shape[0]:
+        return p[k]
+    row = p[k]
+    return Candidates(row.tokens, normalized_residual(resid[k], mass[k], row.logp), row.dense)
+
+
+def block_verify(
+    p: Candidates, q: Candidates, x: torch.Tensor, generator: torch.Generator
+) -> tuple[int, torch.Tensor]:
+    """Accepted length ``k`` (the one host sync of the iteration) and the next token ``[1]``."""
+    h, resid, mass = verification_plan(p, q, x)
+    k = int(accepted_length(h, generator))
+    return k, next_token_distribution(p, resid, mass, k).sample(generator).view(1)
 
 
 @register_method(BlockVerifyParams)
