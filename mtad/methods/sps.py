@@ -120,7 +120,7 @@ def normalized_residual(
 def greedy_accept(x: torch.Tensor, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
     """Greedy verification of drafted ``x`` ``[g]`` against the target's raw ``logits``
     ``[g + 1, V]`` (warping keeps the argmax): the accepted length (the one host sync) and the
-    target's next token ``[1]``. Every exact verifier reduces to this at temperature 0."""
+    target's next token ``[1]``: SpS and block verification both reduce to it at temperature 0."""
     g = x.shape[0]
     target_argmax = logits.argmax(dim=-1)  # [g + 1]
     k = int(leading_true_count(x == target_argmax[:g]))
