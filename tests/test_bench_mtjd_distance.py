@@ -82,7 +82,9 @@ def test_controls_on_the_tiny_pair(tmp_path, capsys):
     )
     printed = capsys.readouterr().out
     assert set(res) == {("self", 0.5), ("perturbed", 0.5)}
-    assert res["self", 0.5].contains_zero(), res["self", 0.5]
-    assert res["perturbed", 0.5].lo > 0, res["perturbed", 0.5]
+    assert res["self", 0.5].tv.contains_zero(), res["self", 0.5]
+    assert res["self", 0.5].same_seed == (300, 300)  # the exact form: MTJD's own blocks
+    assert res["perturbed", 0.5].tv.lo > 0, res["perturbed", 0.5]
+    assert res["perturbed", 0.5].same_seed is None
     assert out.stat().st_size > 0 and f"figure: {out}" in printed
     assert "99.9% band" in printed
