@@ -17,7 +17,8 @@ band must contain 0; the bench also regenerates its first blocks with MTJD's own
 they are MTJD's blocks, token for token: TV exactly 0, whatever a band says), ``draft`` (the
 tiny pair's draft, the target cut to its first layer) and ``perturbed`` (the target with noise
 added to its output head: a deliberately wrong draft, the control that must come out clearly
-above 0).
+above 0). A last row, ``ar``, is AR sampling's own distance to MTJD: where MTAD tends as it
+rejects more (its next token is then the target's plain sample).
 
 **The estimator** (:func:`witness_tv`). A plug-in TV between two empirical distributions over
 many outcomes is biased upward: with equal distributions it is ``~sum_x sqrt(p_x / N)``, not 0
@@ -87,6 +88,15 @@ class Row:
 
     tv: TVEstimate
     same_seed: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every draft x tau row, and AR sampling's own distance to MTJD (where MTAD goes when it
+    rejects everything: its next token is the target's plain sample)."""
+
+    rows: dict[tuple[str, float], Row]
+    ar: TVEstimate
 
 
 def plug_in_tv(a: np.ndarray, b: np.ndarray, cells: int) -> float:
@@ -167,7 +177,7 @@ def build_models(family: str, vocab: int, seed: int) -> dict[str, torch.nn.Modul
     }
 
 
-def run(args: argparse.Namespace) -> dict[tuple[str, float], Row]:
+def run(args: argparse.Namespace) -> Report:
     torch.set_num_threads(args.threads)
     taus = [float(t) for t in args.taus.split(",") if t.strip()]
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
@@ -201,6 +211,10 @@ def run(args: argparse.Namespace) -> dict[tuple[str, float], Row]:
         results[name, tau] = Row(tv, same)
         if args.verbose:
             print(f"[bench] {name} tau {tau} done", file=sys.stderr)
+    ar_blocks = sample_blocks(
+        Decoder(build_method("ar"), target), args.gamma, args.vocab, seeds(len(results) + 1)
+    )
+    report = Report(results, witness_tv(ar_blocks, reference, cells, args.folds, args.confidence))
 
     warp = build_method("mtjd", **beams).params.warp  # the methods' default warping
     print(
@@ -226,18 +240,25 @@ def run(args: argparse.Namespace) -> dict[tuple[str, float], Row]:
             f"{name:<10} {tau:>5.2f}  {r.estimate:>12.4f}  [{r.lo:>+7.4f}, {r.hi:>+7.4f}]"
             f"  {r.plug_in:>8.4f}  {same:>16}"
         )
-    figure({k: row.tv for k, row in results.items()}, Path(args.out), args)
+    r = report.ar
+    print(
+        f"{'ar':<10} {'-':>5}  {r.estimate:>12.4f}  [{r.lo:>+7.4f}, {r.hi:>+7.4f}]"
+        f"  {r.plug_in:>8.4f}  {'-':>16}"
+    )
+    figure(report, Path(args.out), args)
     print(f"figure: {args.out}")
-    return results
+    return report
 
 
-def figure(results: dict[tuple[str, float], TVEstimate], path: Path, args) -> None:
-    """TV estimate and band against tau, one line per draft; the plug-in as open markers."""
+def figure(report: Report, path: Path, args: argparse.Namespace) -> None:
+    """TV estimate and band against tau, one line per draft, the plug-in as open markers; AR's
+    distance as a dashed line with its band shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    results = {k: row.tv for k, row in report.rows.items()}
     fig, ax = plt.subplots(figsize=(6, 4))
     names = list(dict.fromkeys(name for name, _ in results))
     for i, name in enumerate(names):
@@ -254,6 +275,8 @@ def figure(results: dict[tuple[str, float], TVEstimate], path: Path, args) -> No
             color=line[0].get_color(),
             label=f"{name} (plug-in, biased up)",
         )
+    ax.axhline(report.ar.estimate, color="black", ls="--", lw=0.8, label="AR sampling (witness)")
+    ax.axhspan(report.ar.lo, report.ar.hi, color="black", alpha=0.08)
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xlabel("tau")
     ax.set_ylabel(f"TV(MTAD, MTJD), first {args.gamma} tokens")
@@ -268,7 +291,7 @@ def figure(results: dict[tuple[str, float], TVEstimate], path: Path, args) -> No
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[tuple[str, float], Row]:
+def main(argv: list[str] | None = None) -> Report:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--taus", default="0.1,0.5,0.9", help="comma-separated MTAD tau values")
     ap.add_argument("--drafts", default=",".join(DRAFTS), help=f"subset of {','.join(DRAFTS)}")

@@ -66,7 +66,7 @@ def test_controls_on_the_tiny_pair(tmp_path, capsys):
     self-draft row's band contains 0, the perturbed draft's lies above 0; a figure is saved
     where the command says."""
     out = tmp_path / "tv.png"
-    res = mtjd_distance.main(
+    report = mtjd_distance.main(
         [
             "--samples",
             "300",
@@ -81,10 +81,12 @@ def test_controls_on_the_tiny_pair(tmp_path, capsys):
         ]
     )
     printed = capsys.readouterr().out
+    res = report.rows
     assert set(res) == {("self", 0.5), ("perturbed", 0.5)}
     assert res["self", 0.5].tv.contains_zero(), res["self", 0.5]
     assert res["self", 0.5].same_seed == (300, 300)  # the exact form: MTJD's own blocks
     assert res["perturbed", 0.5].tv.lo > 0, res["perturbed", 0.5]
     assert res["perturbed", 0.5].same_seed is None
     assert out.stat().st_size > 0 and f"figure: {out}" in printed
-    assert "99.9% band" in printed
+    assert "99.9% band" in printed and "\nar " in printed
+    assert report.ar.lo > 0  # beam-sampled MTJD is not the target's plain sampling
