@@ -11,6 +11,12 @@ and ``sps`` on the same prompts and seeds; methods run interleaved prompt by pro
     python -m bench.overhead --greedy              # temperature 0 for every method
     python -m bench.overhead --pair tiny           # seconds; the random test pair
     python -m bench.overhead --reorder copy,inplace  # beam cache reorder before/after (#18)
+    python -m bench.overhead --prompts 8 --methods ar,sps,blockverify,mtad
+
+With ``sps`` among the methods, a second table sets every other drafting method's mean accepted
+length per iteration beside SpS's on the same prompts and seeds (so block verification's first
+draft of each prompt is SpS's own; later drafts follow each method's output), with the paired
+difference and its 95% Student-t interval over prompts (:func:`accepted_vs_sps`).
 
 ``--beam-draft N`` times only the beam draft (``mtad.methods.beam.beam_sample``, B=4, gamma=4,
 on the draft and, as MTJD drafts, on the target) after an N-token context, ``copy`` and
@@ -25,9 +31,12 @@ cache bookkeeping the reorder changes, without the noise of whole generations.
 from __future__ import annotations
 
 import argparse
+import math
+import statistics
 import sys
 
 import torch
+from scipy import stats as scipy_stats
 
 from bench import common
 from mtad.engine import Decoder, DecodeStats
@@ -181,7 +190,67 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             ["method", "mean accepted", "acceptance at depth 1 / 2 / ...", "histogram"],
             depth_rows,
         )
+    sps_labels = [k for k, (m, _) in labels.items() if m == "sps"]
+    if sps_labels:
+        paired = accepted_vs_sps(stats, labels, sps_labels[0])
+        for label, row in paired.items():
+            results[label]["accepted_vs_sps"] = row
+        common.print_table(
+            f"mean accepted length per iteration beside SpS's on the same {len(prompts)} prompts "
+            "(paired: method - SpS per prompt, 95% Student-t interval over prompts)",
+            ["method", "accepted", "sps accepted", "difference", "95% interval"],
+            [
+                [
+                    label,
+                    f"{r['mean']:.3f}",
+                    f"{r['sps_mean']:.3f}",
+                    f"{r['difference']:+.3f}",
+                    f"[{r['lo']:+.3f}, {r['hi']:+.3f}]",
+                ]
+                for label, r in paired.items()
+            ],
+        )
     return results
+
+
+def paired_t_interval(diffs: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of the mean of paired differences (NaN below two pairs)."""
+    if len(diffs) < 2:
+        return math.nan, math.nan
+    mean = statistics.fmean(diffs)
+    half = scipy_stats.t.ppf(0.5 + confidence / 2, len(diffs) - 1) * statistics.stdev(diffs)
+    half /= math.sqrt(len(diffs))
+    return mean - half, mean + half
+
+
+def accepted_vs_sps(
+    stats: dict[str, list[DecodeStats]], labels: dict[str, tuple[str, str]], sps: str
+) -> dict[str, dict[str, float]]:
+    """Per drafting method other than SpS: the mean over prompts of its accepted length per
+    iteration (:attr:`DecodeStats.mean_accepted`), SpS's on the same prompts, and the mean
+    paired difference with its interval. Prompts where either method ran no iteration drop."""
+    out = {}
+    for label, (method, _) in labels.items():
+        if method == "sps" or not METHODS[method][1].uses_draft:
+            continue
+        pairs = [
+            (s.mean_accepted, b.mean_accepted)
+            for s, b in zip(stats[label], stats[sps], strict=True)
+            if s.iterations and b.iterations
+        ]
+        if not pairs:
+            continue
+        diffs = [a - b for a, b in pairs]
+        lo, hi = paired_t_interval(diffs)
+        out[label] = {
+            "mean": statistics.fmean(a for a, _ in pairs),
+            "sps_mean": statistics.fmean(b for _, b in pairs),
+            "difference": statistics.fmean(diffs),
+            "lo": lo,
+            "hi": hi,
+            "n_prompts": len(pairs),
+        }
+    return out
 
 
 def beam_draft(args: argparse.Namespace) -> dict[str, list[float]]:

@@ -19,7 +19,7 @@ from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
 
-ORDER = ("ar", "sps", "mtad", "mtjd", "specinfer", "bild", "mmtad")
+ORDER = ("ar", "sps", "blockverify", "mtad", "mtjd", "specinfer", "bild", "mmtad")
 # Each method at its params dataclass's defaults, except BiLD: the random tiny models are
 # rarely confident, so its fallback threshold is lowered to let it draft at all.
 OVERRIDES = {"bild": {"fallback_threshold": 0.1, "rollback_threshold": 3.0, "max_draft": 4}}

@@ -8,6 +8,7 @@ from typing import Any
 METHOD_PARAMS: dict[str, dict[str, Any]] = {
     "ar": {},
     "sps": {"gamma": 3},
+    "blockverify": {"gamma": 3},
     "mtad": {"gamma": 3, "beam_width": 3, "tau": 0.3},
     "mtjd": {"gamma": 3, "beam_width": 3},
     "specinfer": {"branching": [3, 2, 1]},

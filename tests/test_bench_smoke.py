@@ -29,6 +29,13 @@ def test_overhead_bench_every_method(capsys) -> None:
         assert 0.0 <= r["overhead_pct"] <= 100.0
     out = capsys.readouterr().out
     assert "overhead %" in out and "mtad" in out
+    # every other drafting method's accepted length beside SpS's, paired over the prompts
+    assert "beside SpS's on the same 2 prompts" in out
+    paired = {m: r["accepted_vs_sps"] for m, r in res.items() if "accepted_vs_sps" in r}
+    assert set(paired) == {m for m, (_, cls) in METHODS.items() if cls.uses_draft} - {"sps"}
+    for m, row in paired.items():
+        assert row["mean"] == pytest.approx(row["sps_mean"] + row["difference"]), m
+        assert row["n_prompts"] == 2 and row["lo"] <= row["difference"] <= row["hi"], m
 
 
 def test_benchmarks_run_as_modules_without_path_edits() -> None:

@@ -1,4 +1,5 @@
-"""Engine correctness: SpS exactness, greedy equivalence, KV-cache fidelity, counters, errors."""
+"""Engine correctness: SpS / SpecInfer / block verification exactness, greedy equivalence,
+KV-cache fidelity, counters, errors."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mtad.engine import Decoder
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model, build_tiny_pair
 from mtad.engine.warping import WarpConfig, warp_candidates, warp_logprobs
+from mtad.methods import blockverify as blockverify_module
 from mtad.methods import build_method
 from mtad.methods import sps as sps_module
 from mtad.methods.sps import SpeculativeSampling
@@ -139,7 +141,34 @@ def test_specinfer_reproduces_target_distribution(stat_pair):
     assert broken_stat > critical_b
 
 
-@pytest.mark.parametrize("name", ["sps", "specinfer"])
+def test_blockverify_reproduces_target_distribution(stat_pair):
+    """Block verification (Sun et al., arXiv 2403.10444) is exact: same chi-square test,
+    alpha = 1e-3; a rule that accepts the whole block always must fail."""
+    target, draft = stat_pair
+    exact = exact_two_token_dist(target, [3, 1, 4], WarpConfig(1.0, 6, 0.95))
+
+    def run(runs: int, broken: bool) -> tuple[float, float]:
+        method = build_method("blockverify", gamma=2, top_k=6, top_p=0.95)
+        decoder = Decoder(method, ModelRunner(target), ModelRunner(draft))
+        with pytest.MonkeyPatch.context() as mp:
+            if broken:  # the module-level rule step() calls
+                mp.setattr(
+                    blockverify_module,
+                    "block_verify",
+                    lambda p, q, x, g: (x.shape[0], p[x.shape[0]].sample(g).view(1)),
+                )
+            counts = sample_two_tokens(decoder, VOCAB, runs)
+        stat, df = chi2_statistic(counts, exact, runs)
+        return stat, chi2_critical(df, ALPHA)
+
+    stat, critical = run(RUNS, broken=False)
+    assert stat < critical, f"blockverify deviates: chi2={stat:.1f} > {critical:.1f}"
+    broken_stat, critical_b = run(BROKEN_RUNS, broken=True)
+    print(f"blockverify chi2 {stat:.1f} < {critical:.1f}; broken rule chi2 {broken_stat:.1f}")
+    assert broken_stat > critical_b
+
+
+@pytest.mark.parametrize("name", ["sps", "specinfer", "blockverify"])
 def test_exact_methods_reproduce_the_target_on_dense_rows(name, stat_pair, monkeypatch):
     """The same chi-square test with the CPU's sparse candidates switched off: the
     vocabulary-wide layout of the distribution type (what GPUs take) is exact too."""
@@ -148,7 +177,7 @@ def test_exact_methods_reproduce_the_target_on_dense_rows(name, stat_pair, monke
     assert warp_candidates(torch.randn(VOCAB), warp).dense
     target, draft = stat_pair
     exact = exact_two_token_dist(target, [3, 1, 4], warp)
-    params = {"gamma": 2} if name == "sps" else {"branching": [2, 2]}
+    params = {"branching": [2, 2]} if name == "specinfer" else {"gamma": 2}
     method = build_method(name, top_k=6, top_p=0.95, **params)
     decoder = Decoder(method, ModelRunner(target), ModelRunner(draft))
     stat, df = chi2_statistic(sample_two_tokens(decoder, VOCAB, RUNS), exact, RUNS)
@@ -162,14 +191,15 @@ def test_exact_methods_reproduce_the_target_on_dense_rows(name, stat_pair, monke
 
 @pytest.mark.parametrize("family", ["llama", "opt"])
 def test_greedy_sps_and_specinfer_equal_greedy_ar(family: str, tiny_llama, tiny_opt):
+    """Greedy SpS, block verification and SpecInfer all give greedy AR's tokens."""
     pair = tiny_llama if family == "llama" else tiny_opt
     ar = make_decoder(pair, "ar", temperature=0.0)
-    for gamma in (1, 3, 5):
-        sps = make_decoder(pair, "sps", temperature=0.0, gamma=gamma)
+    for gamma, name in itertools.product((1, 3, 5), ("sps", "blockverify")):
+        exact = make_decoder(pair, name, temperature=0.0, gamma=gamma)
         for prompt in ([1, 2, 3], [50, 60, 70, 80, 90], [7]):
             ref = ar.generate(prompt, 40).token_ids
-            got = sps.generate(prompt, 40)
-            assert got.token_ids == ref
+            got = exact.generate(prompt, 40)
+            assert got.token_ids == ref, (name, gamma)
     tree = make_decoder(pair, "specinfer", temperature=0.0)
     for prompt in ([1, 2, 3], [50, 60, 70, 80, 90]):
         assert tree.generate(prompt, 40).token_ids == ar.generate(prompt, 40).token_ids
@@ -206,7 +236,7 @@ def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -
     traces = {id(r): traced(r) for r in runners}
     out = decoder.generate([10, 20, 30, 40], 30)
     rolled_back = any(0 < a < decoder.method.max_step_tokens - 1 for a in out.stats.accept_lengths)
-    if name in ("sps", "mtad"):
+    if name in ("sps", "blockverify", "mtad"):
         assert rolled_back or out.stats.accepted == 0  # exercised a partial acceptance
     for runner in runners:
         trace = traces[id(runner)]
@@ -226,7 +256,7 @@ def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -
 
 def test_rollback_and_reorder_are_exercised(tiny_llama):
     """Guard for the test above: the tiny pair does produce partial acceptances."""
-    for name in ("sps", "mtad"):
+    for name in ("sps", "blockverify", "mtad"):
         out = make_decoder(tiny_llama, name, seed=5, top_k=0, top_p=1.0).generate([10, 20], 60)
         assert any(0 < a < 3 for a in out.stats.accept_lengths), name
 
@@ -246,9 +276,9 @@ def test_counters_consistent(name: str, max_new: int, tiny_llama):
     assert s.block_efficiency == pytest.approx(s.new_tokens / s.target_forwards)
     assert s.accepted <= s.drafted
     gamma = ALL_METHODS[name].get("gamma", 1)
-    if name in ("ar", "sps", "mtad", "specinfer", "bild", "mmtad"):
+    if name in ("ar", "sps", "blockverify", "mtad", "specinfer", "bild", "mmtad"):
         assert s.target_forwards == s.iterations
-    if name in ("sps", "mtad"):
+    if name in ("sps", "blockverify", "mtad"):
         assert s.draft_forwards == gamma * s.iterations
     if name == "mtjd":
         assert s.target_forwards == gamma * s.iterations

@@ -17,7 +17,8 @@ from mtad.engine.tiny import build_tiny_pair
 from mtad.methods import build_method
 
 TREE_METHODS = {name: METHOD_PARAMS[name] for name in ("specinfer", "mmtad")}
-DRAFT_METHODS = {name: METHOD_PARAMS[name] for name in ("sps", "mtad", "bild")} | TREE_METHODS
+DRAFT_METHODS = {name: METHOD_PARAMS[name] for name in ("sps", "blockverify", "mtad", "bild")}
+DRAFT_METHODS |= TREE_METHODS
 
 
 def pair_with_attention(family: str, impl: str):
@@ -174,8 +175,8 @@ def record_steps(decoder: Decoder) -> list[StepResult]:
     return steps
 
 
-DEPTH = {"sps": 3, "mtad": 3, "specinfer": 3, "mmtad": 3}
-NODES = {"sps": 3, "mtad": 3, "specinfer": 3 + 6 + 6, "mmtad": 9}
+DEPTH = {"sps": 3, "blockverify": 3, "mtad": 3, "specinfer": 3, "mmtad": 3}
+NODES = {"sps": 3, "blockverify": 3, "mtad": 3, "specinfer": 3 + 6 + 6, "mmtad": 9}
 
 
 @pytest.mark.parametrize("name", list(DRAFT_METHODS))

@@ -29,7 +29,7 @@ from mtad.methods import build_method
 
 WARP = WarpConfig(1.0, 6, 0.95)
 PROMPT = [3, 1, 4]
-METHOD = {"sps": {"gamma": 2}, "specinfer": {"branching": [2, 2]}}
+METHOD = {"sps": {"gamma": 2}, "blockverify": {"gamma": 2}, "specinfer": {"branching": [2, 2]}}
 
 
 def _pair(dtype: torch.dtype):
@@ -47,14 +47,14 @@ def _chi2(target, draft, name: str) -> tuple[float, float]:
     return stat, chi2_critical(df, ALPHA)
 
 
-@pytest.mark.parametrize("name", ["sps", "specinfer"])
+@pytest.mark.parametrize("name", list(METHOD))
 def test_exact_methods_reproduce_the_target_in_bfloat16(name):
     stat, critical = _chi2(*_pair(torch.bfloat16), name)
     print(f"{name} bf16 chi2 {stat:.1f} < {critical:.1f}")
     assert stat < critical, f"{name} in bf16 deviates from the target: {stat:.1f} > {critical:.1f}"
 
 
-@pytest.mark.parametrize("name", ["sps", "specinfer"])
+@pytest.mark.parametrize("name", list(METHOD))
 def test_exact_with_a_draft_that_proposes_part_of_the_vocabulary(name):
     target, draft = _pair(torch.float32)
     kept = [5, 0, 2, 7]  # the target's text uses the other ids too: only it can produce them
@@ -147,7 +147,7 @@ def test_compact_rows_give_the_full_width_rows_candidates(dtype):
         assert torch.equal(compact.tokens[kept], full.tokens[kept])
 
 
-@pytest.mark.parametrize("name", ["sps", "specinfer", "bild", "mtad", "mmtad"])
+@pytest.mark.parametrize("name", ["sps", "blockverify", "specinfer", "bild", "mtad", "mmtad"])
 def test_compact_draft_rows_decode_the_same_tokens_as_full_width_rows(name):
     """Every drafting method samples the same tokens whether the draft's FR-Spec head hands
     it compact rows or full-width ones (same seed): the fast path changes no draw."""

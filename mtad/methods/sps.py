@@ -82,7 +82,16 @@ def residual_candidates(p: Candidates, q: Candidates) -> Candidates:
 
 
 def residual_logprobs(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """``log norm(max(0, p - q))`` per row; rows where p == q (never sampled) fall back to p.
+    """``log norm(max(0, p - q))`` per row; rows where p == q (never sampled) fall back to p."""
+    return normalized_residual(*residual_mass(logp, logq), logp)
+
+
+def residual_mass(
+    logp: torch.Tensor, logq: torch.Tensor, weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``max(0, w p - q)`` per row and its total mass ``[rows]``, with ``w`` one weight per row
+    (1 when ``weight`` is None: SpS's residual; block verification weighs ``p`` by the
+    surviving acceptance weight, :mod:`mtad.methods.blockverify`).
 
     The residual is zero outside p's support. ``exp(-inf)`` and ``log(0)`` over the rest of a
     49k-entry row take slow special-value paths on some CPUs (~10x a plain ``exp``/``log``), so
@@ -90,12 +99,32 @@ def residual_logprobs(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """
     live = ~torch.isneginf(logp)
     p = torch.where(live, logp, 0.0).exp()
+    if weight is not None:
+        p = p * weight[..., None]
     q = torch.where(live, logq, 0.0).exp()
     resid = torch.where(live, (p - q).clamp_min(0.0), 0.0)
-    mass = resid.sum(dim=-1, keepdim=True)
+    return resid, resid.sum(dim=-1)
+
+
+def normalized_residual(
+    resid: torch.Tensor, mass: torch.Tensor, logp: torch.Tensor
+) -> torch.Tensor:
+    """``log(resid / mass)`` per row (:func:`residual_mass`); a row of zero mass (never sampled
+    from: the verifier stops there with probability 0) falls back to ``logp``."""
+    mass = mass[..., None]
     pos = resid > 0
     log_resid = torch.where(pos, torch.where(pos, resid, 1.0).log() - mass.log(), NEG_INF)
     return torch.where(mass > 0, log_resid, logp)
+
+
+def greedy_accept(x: torch.Tensor, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Greedy verification of drafted ``x`` ``[g]`` against the target's raw ``logits``
+    ``[g + 1, V]`` (warping keeps the argmax): the accepted length (the one host sync) and the
+    target's next token ``[1]``: SpS and block verification both reduce to it at temperature 0."""
+    g = x.shape[0]
+    target_argmax = logits.argmax(dim=-1)  # [g + 1]
+    k = int(leading_true_count(x == target_argmax[:g]))
+    return k, target_argmax[k : k + 1]
 
 
 @register_method(SpSParams)
@@ -117,10 +146,8 @@ class SpeculativeSampling(DecodingMethod):
             x, q = draft_tokens(ctx.draft, ctx.ids, g, warp, ctx.generator)
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
-            if greedy:  # warping keeps the argmax: compare with the raw logits' argmax
-                target_argmax = logits.argmax(dim=-1)  # [g + 1]
-                k = int(leading_true_count(x == target_argmax[:g]))  # the one host sync
-                next_token = target_argmax[k : k + 1]
+            if greedy:
+                k, next_token = greedy_accept(x, logits)
             else:
                 assert q is not None
                 p = warp_candidates(logits, warp)  # g + 1 rows
