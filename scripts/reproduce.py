@@ -12,7 +12,10 @@ launched as one Hydra multirun (``run.py -m hydra/sweeper=recipes ...``) so any 
 override applies; complete runs are skipped by signature, and with every run done nothing is
 launched and no model loads. Then each recipe renders to ``results/<study>/``: ``tables/``
 (Markdown, LaTeX, CSV), ``figures/`` (PNG, PDF), ``paper.md``, a W&B analysis run and a W&B
-report definition under ``report/`` (``--publish`` saves the report when W&B is online).
+report definition under ``report/`` (``--publish`` saves the report when W&B is online). The
+harness runs launched and the analysis run log to one folder, ``--wandb-dir`` (their
+``logger.dir``), which ``report/PUBLISH.md``'s sync command uploads; a profile with
+``logger=none`` (smoke) logs no harness run, and the output says so.
 Other ``key=value`` arguments are Hydra overrides for every run (``task.limit=2``); method, task
 and seed belong to the recipes and are refused. ``--export DIR`` copies the rendering without
 samples (the committed CPU reference: ``--export results/reference/cpu``).
@@ -68,8 +71,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--wandb-dir",
         default=str(REPO),
-        help="where the analysis run is logged: the harness runs' logger.dir (run.py runs in "
-        "the repository, logger.dir '.'), so one folder holds every run the report shows",
+        help="the one folder every W&B run of the study is logged in: the harness runs "
+        "launched here (their logger.dir) and the analysis run; PUBLISH.md's sync command "
+        "uploads them from there",
     )
     parser.add_argument(
         "--publish", action="store_true", help="save the W&B report (W&B online) and print its URL"
@@ -82,6 +86,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.recipes = [w for w in words if w not in args.overrides]
     if not args.recipes:
         parser.error("name at least one recipe, or 'all'")
+    if any(o.lstrip("+~").startswith("logger.dir=") for o in args.overrides):
+        parser.error("logger.dir: set by --wandb-dir (one folder holds every run the report shows)")
     args.hydra_overrides = [o for o in args.overrides if o.lstrip("+~").startswith("hydra")]
     args.run_overrides = [o for o in args.overrides if o not in args.hydra_overrides]
     if args.root != "results":
@@ -106,7 +112,9 @@ def launch_command(args: argparse.Namespace) -> list[str]:
     ]
     if args.pairs:
         cmd.append(f"hydra.sweeper.pairs=[{args.pairs}]")
-    return cmd + args.hydra_overrides + args.run_overrides
+    # The harness runs log where the analysis run does (run.py runs in the repository).
+    logger_dir = f"logger.dir={Path(args.wandb_dir).resolve()}"
+    return cmd + args.hydra_overrides + args.run_overrides + [logger_dir]
 
 
 def shell_line(argv: list[str]) -> str:
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{out_dir}/paper.md"
     )
     if not args.no_wandb:
-        publish_wandb(rendered, args.publish, args.wandb_dir)
+        publish_wandb(rendered, args.publish, args.wandb_dir, plan)
     if args.export:
         export(out_dir, args.export, command, plan)
         portable(args.export, {args.root: "<root>", args.wandb_dir: "<wandb-dir>"})
@@ -156,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if launched_ok and (not failed or args.render_only) else 1
 
 
-def publish_wandb(rendered: Rendered, publish: bool, wandb_dir: str) -> None:
+def publish_wandb(rendered: Rendered, publish: bool, wandb_dir: str, plan: Plan) -> None:
     """The study's W&B analysis run (tables, figures, ratios) and its report definition under
     ``report/``; ``publish`` saves the report when W&B is online (mtad.paper.wandb_publish)."""
+    print(wandb_runs_line(rendered, plan, wandb_dir))
     analysis = wandb_publish.log_analysis_run(rendered, dir=wandb_dir)
     try:
         info = wandb_publish.write_report(
@@ -172,6 +181,29 @@ def publish_wandb(rendered: Rendered, publish: bool, wandb_dir: str) -> None:
         f"report definition -> {info['definition']}"
         + (f"; published: {info['url']}" if info.get("url") else "")
     )
+
+
+def wandb_runs_line(rendered: Rendered, plan: Plan, wandb_dir: str) -> str:
+    """Which harness runs behind the tables are on W&B: logged (their folders in
+    ``wandb_dir``), or none, saying why (a profile that sets ``logger=none``)."""
+    where = Path(wandb_dir) / "wandb"
+    if not rendered.run_ids:
+        why = (
+            f"profile {plan.profile.name} sets logger=none"
+            if "logger=none" in plan.profile.overrides
+            else "logger=none"
+        )
+        return (
+            f"W&B: the {rendered.unlogged_runs} harness runs logged nothing ({why}); "
+            f"only the analysis run is logged, to {where}"
+        )
+    found, missing = wandb_publish.find_run_dirs(wandb_dir, rendered.run_ids)
+    line = f"W&B: {len(rendered.run_ids)} harness runs logged, {len(found)} folders in {where}"
+    if missing:
+        line += f" ({len(missing)} not there: see PUBLISH.md)"
+    if rendered.unlogged_runs:
+        line += f"; {rendered.unlogged_runs} more logged nothing (logger=none)"
+    return line
 
 
 def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:

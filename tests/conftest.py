@@ -1,4 +1,12 @@
-"""Shared fixtures: tiny random models, one torch thread (tests share a 2-core machine)."""
+"""Shared fixtures: tiny random models, one torch thread per test process.
+
+The suite runs on every core (pytest-xdist, ``-n logical --dist loadscope`` in pyproject.toml),
+one torch thread per worker. A test module runs on one worker, so a module-scoped fixture (a
+study rendered once, every method run once) is built once. The tests are independent: results,
+W&B and Hydra sweep folders are temporary folders, the GGUF conversion cache under
+``~/.cache/mtad`` is written once under a lock, servers bind port 0. ``-n 0`` runs them all in
+one process.
+"""
 
 from __future__ import annotations
 
@@ -36,3 +44,4 @@ def tiny_opt():
     from mtad.engine.tiny import build_tiny_pair
 
     return build_tiny_pair("opt", vocab_size=320, seed=0)
+

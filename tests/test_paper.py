@@ -179,6 +179,22 @@ def test_smoke_renders_every_table_and_figure_within_budget(smoke: tuple[Path, f
         assert (study / "report" / name).is_file(), name
 
 
+def test_smoke_profile_says_it_logs_no_harness_run_to_wandb(smoke: tuple[Path, float, str]) -> None:
+    """The smoke profile sets logger=none: its output and PUBLISH.md say so, and the report
+    references no harness run id (tests/test_reproduce_wandb.py: a profile run that logs)."""
+    study, _, stdout = smoke
+    n = len(list(study.glob("*/metrics.json")))
+    assert f"W&B: the {n} harness runs logged nothing (profile smoke sets logger=none)" in stdout
+    publish = (study / "report" / "PUBLISH.md").read_text()
+    assert "Harness runs: 0 ids" in publish
+    assert f"{n} harness runs behind the tables logged nothing to W&B (`logger=none`)" in publish
+    filters = [
+        rs["filters"]
+        for rs in json.loads((study / "report" / "report.json").read_text())["runsets"]
+    ]
+    assert filters and not any('Metric("ID") in' in f for f in filters)
+
+
 def test_speedup_cell_is_the_ratio_of_the_two_runs(smoke: tuple[Path, float, str]) -> None:
     study, _, _ = smoke
     runs = _metrics(study)

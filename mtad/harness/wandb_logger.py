@@ -36,6 +36,14 @@ def wandb_run_id(study: str, signature: str) -> str:
     return hashlib.sha1(f"{study}/{signature}".encode()).hexdigest()[:16]
 
 
+def logged_run_id(metrics: dict[str, Any]) -> str | None:
+    """The W&B run id a finished run logged under, read from its ``metrics.json`` (the
+    ``wandb`` entry, :meth:`WandbLogger.info`); ``None`` when it logged nothing
+    (``logger=none``, or W&B mode ``disabled``)."""
+    info = metrics.get("wandb") or {}
+    return str(info["run_id"]) if info.get("logger") == "wandb" and info.get("run_id") else None
+
+
 def offline_runs(wandb_dir: Path) -> dict[str, list[Path]]:
     """Offline run folders under ``<logger.dir>/wandb`` grouped by run id."""
     runs: dict[str, list[Path]] = {}

@@ -19,8 +19,9 @@ class Rendered:
     method, speedup_vs_ar, speedup_vs_sps, energy_ratio_vs_sps, ppl_change_vs_ar,
     score_change_vs_ar``: means over seeds), ``claims`` the paper's headline claims beside our
     figures (``claim, source, paper, ours, holds``), ``markdown`` the whole rendering as one
-    Markdown document, ``run_ids`` the W&B run ids of the runs behind it and ``commands`` the
-    commands that produced it.
+    Markdown document, ``run_ids`` the W&B run ids the runs behind it logged under (their
+    ``metrics.json``), ``unlogged_runs`` how many of those runs logged nothing to W&B
+    (``logger=none``) and ``commands`` the commands that produced it.
     """
 
     study: str
@@ -33,4 +34,5 @@ class Rendered:
     claims: pd.DataFrame = field(default_factory=pd.DataFrame)
     markdown: str = ""
     run_ids: list[str] = field(default_factory=list)
+    unlogged_runs: int = 0
     commands: list[str] = field(default_factory=list)

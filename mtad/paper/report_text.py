@@ -158,6 +158,12 @@ def publish_instructions(
         f"folder `{_relative_to(analysis_dir, wandb_dir) if analysis_dir else 'not logged'}`.",
         f"Harness runs: {len(rendered.run_ids)} ids, {len(run_dirs)} local folders found.",
     ]
+    if rendered.unlogged_runs:
+        lines.append(
+            f"{rendered.unlogged_runs} harness runs behind the tables logged nothing to W&B "
+            "(`logger=none`): there is nothing of theirs to upload and the report's run panels "
+            "cannot show them; the analysis run holds every table and figure."
+        )
     if missing:
         lines.append(
             f"No local folder under `{wandb_dir}/wandb` for {len(missing)} run ids "

