@@ -18,8 +18,14 @@ import shutil
 import tarfile
 from pathlib import Path
 
-SHIPPED = ("config.json", "model.safetensors", "recipe.json", "report.md", "metrics.json",
-           "loss_curve.png")
+SHIPPED = (
+    "config.json",
+    "model.safetensors",
+    "recipe.json",
+    "report.md",
+    "metrics.json",
+    "loss_curve.png",
+)
 
 
 def assemble(src: Path, dest: Path) -> list[str]:

@@ -45,20 +45,31 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = json.loads((args.draft / "config.json").read_text())
     vocab = int(cfg["vocab_size"])
     resp = responses(args.data)
-    specials = sorted({int(t) for key in ("bos_token_id", "eos_token_id", "pad_token_id")
-                       for t in np.atleast_1d(cfg.get(key) if cfg.get(key) is not None else [])})
+    specials = sorted(
+        {
+            int(t)
+            for key in ("bos_token_id", "eos_token_id", "pad_token_id")
+            for t in np.atleast_1d(cfg.get(key) if cfg.get(key) is not None else [])
+        }
+    )
     ids = frequency_ranked_ids(resp, vocab, args.k, always=specials)
     kept = np.zeros(vocab, dtype=bool)
     kept[ids] = True
     total = sum(len(r) for r in resp)
     covered = sum(int(kept[r].sum()) for r in resp)
-    info = {"ids": ids, "k": args.k, "specials": specials,
-            "source": f"most frequent response tokens of {args.data.name} "
-                      f"({len(resp)} target generations, {total} tokens)",
-            "coverage": round(covered / max(1, total), 5)}
+    info = {
+        "ids": ids,
+        "k": args.k,
+        "specials": specials,
+        "source": f"most frequent response tokens of {args.data.name} "
+        f"({len(resp)} target generations, {total} tokens)",
+        "coverage": round(covered / max(1, total), 5),
+    }
     (args.draft / VOCAB_FILE).write_text(json.dumps(info) + "\n")
-    print(f"{len(ids)} ids -> {args.draft / VOCAB_FILE}; response-token coverage "
-          f"{info['coverage']:.4f} of {total}")
+    print(
+        f"{len(ids)} ids -> {args.draft / VOCAB_FILE}; response-token coverage "
+        f"{info['coverage']:.4f} of {total}"
+    )
     return info
 
 

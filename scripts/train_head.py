@@ -377,8 +377,9 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--reg-weight", type=float, default=1.0, help="heads reading tap -1")
     t.add_argument("--feature-rms", type=float, default=1.0)
     t.add_argument("--depth-weights", default="1,1,1,1")
-    t.add_argument("--deep-fraction", type=float, default=1.0,
-                   help="share of positions scored at depths >= 2")
+    t.add_argument(
+        "--deep-fraction", type=float, default=1.0, help="share of positions scored at depths >= 2"
+    )
     t.add_argument("--init-from", default=None, help="a saved head to continue from")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)

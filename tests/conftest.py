@@ -44,4 +44,3 @@ def tiny_opt():
     from mtad.engine.tiny import build_tiny_pair
 
     return build_tiny_pair("opt", vocab_size=320, seed=0)
-

@@ -19,10 +19,25 @@ def test_prediction_arithmetic():
 
 
 def test_cost_model_bench_on_the_tiny_pair(capsys):
-    rows = cost_model.main(["--pair", "tiny", "--prompts", "2", "--max-new", "8", "--reps", "2",
-                            "--dtypes", "float32,bfloat16", "--methods", "ar,sps,mtad"])
+    rows = cost_model.main(
+        [
+            "--pair",
+            "tiny",
+            "--prompts",
+            "2",
+            "--max-new",
+            "8",
+            "--reps",
+            "2",
+            "--dtypes",
+            "float32,bfloat16",
+            "--methods",
+            "ar,sps,mtad",
+        ]
+    )
     assert [(r[0], r[1]) for r in rows] == [
-        (dt, m) for dt in ("float32", "bfloat16") for m in ("ar", "sps", "mtad")]
+        (dt, m) for dt in ("float32", "bfloat16") for m in ("ar", "sps", "mtad")
+    ]
     for r in rows:
         assert float(r[3]) >= 1.0 and float(r[4]) > 0 and float(r[5]) > 0
     assert "pred x ar" in capsys.readouterr().out

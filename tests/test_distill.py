@@ -102,9 +102,7 @@ def test_pool_items_have_text_and_no_sql():
 
 def test_draft_spec_and_tiny_training_step():
     mod = _load_script()
-    spec = DraftSpec.parse(
-        "X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5"
-    )
+    spec = DraftSpec.parse("X:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1,tv_weight=0.5")
     assert (spec.layers, spec.hidden, spec.tv_weight) == (1, 32, 0.5)
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -151,8 +149,6 @@ def test_draft_spec_and_tiny_training_step():
 
     losses = []
     for _ in range(8):
-        stats, ntok = train_step(
-            args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3
-        )
+        stats, ntok = train_step(args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3)
         losses.append(stats["X"]["kl"])
     assert ntok > 0 and losses[-1] < losses[0]

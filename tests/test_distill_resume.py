@@ -27,33 +27,103 @@ STEPS = 14
 
 
 def _pool(path: Path) -> None:
-    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta",
-             "eta", "theta", "iota", "kappa", "lambda", "mu"]
-    items = [{"kind": "chat", "source": "test",
-              "messages": [{"role": "user", "content": f"say {w} {i} twice"}]}
-             for i in range(40) for w in words[i % 3 :: 5]]
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+    ]
+    items = [
+        {
+            "kind": "chat",
+            "source": "test",
+            "messages": [{"role": "user", "content": f"say {w} {i} twice"}],
+        }
+        for i in range(40)
+        for w in words[i % 3 :: 5]
+    ]
     with gzip.open(path, "wt") as f:
         for it in items:
             f.write(json.dumps(it) + "\n")
 
 
 def _cmd(tmp: Path, run: str) -> list[str]:
-    return [sys.executable, str(REPO / "scripts" / "distill_draft.py"), "--target", "tiny",
-            "--target-dtype", "float32", "--device", "cpu", "--threads", "1",
-            "--pool", str(tmp / "pool.jsonl.gz"), "--require-eval-kinds", "",
-            "--max-steps", str(STEPS), "--gen-batch-size", "6", "--gen-max-new", "12",
-            "--followup-frac", "0", "--eval-max-new", "6", "--eval-n-humaneval", "1",
-            "--eval-n-mtbench", "1", "--eval-n-default", "1", "--eval-n-pool", "2",
-            "--no-eval-mtbench-turn2", "--tokens-per-step", "96", "--micro-tokens", "96",
-            "--replay-ratio", "1", "--warmup-steps", "2", "--autocast", "off",
-            "--drafts", "D:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1",
-            "--export-every-s", "0", "--ckpt-every-s", "0", "--save-data", "--teacher-topk", "16",
-            "--out", str(tmp / run / "out"), "--ckpt-dir", str(tmp / run / "ckpt")]
+    return [
+        sys.executable,
+        str(REPO / "scripts" / "distill_draft.py"),
+        "--target",
+        "tiny",
+        "--target-dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
+        "--pool",
+        str(tmp / "pool.jsonl.gz"),
+        "--require-eval-kinds",
+        "",
+        "--max-steps",
+        str(STEPS),
+        "--gen-batch-size",
+        "6",
+        "--gen-max-new",
+        "12",
+        "--followup-frac",
+        "0",
+        "--eval-max-new",
+        "6",
+        "--eval-n-humaneval",
+        "1",
+        "--eval-n-mtbench",
+        "1",
+        "--eval-n-default",
+        "1",
+        "--eval-n-pool",
+        "2",
+        "--no-eval-mtbench-turn2",
+        "--tokens-per-step",
+        "96",
+        "--micro-tokens",
+        "96",
+        "--replay-ratio",
+        "1",
+        "--warmup-steps",
+        "2",
+        "--autocast",
+        "off",
+        "--drafts",
+        "D:layers=1,hidden=32,intermediate=64,heads=2,kv_heads=1",
+        "--export-every-s",
+        "0",
+        "--ckpt-every-s",
+        "0",
+        "--save-data",
+        "--teacher-topk",
+        "16",
+        "--out",
+        str(tmp / run / "out"),
+        "--ckpt-dir",
+        str(tmp / run / "ckpt"),
+    ]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "WANDB_MODE": "offline", "PYTHONPATH": str(REPO)}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "WANDB_MODE": "offline",
+        "PYTHONPATH": str(REPO),
+    }
 
 
 def _ckpt_step(folder: Path) -> int:
@@ -68,12 +138,14 @@ def _ckpt_step(folder: Path) -> int:
 
 def test_killed_distillation_resumes_to_the_same_end(tmp_path):
     _pool(tmp_path / "pool.jsonl.gz")
-    straight = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
-                              timeout=600)
+    straight = subprocess.run(
+        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert straight.returncode == 0, straight.stderr[-2000:]
 
-    proc = subprocess.Popen(_cmd(tmp_path, "b"), env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        _cmd(tmp_path, "b"), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 300
     while _ckpt_step(tmp_path / "b" / "ckpt") < STEPS // 2 and time.time() < deadline:
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -83,17 +155,22 @@ def test_killed_distillation_resumes_to_the_same_end(tmp_path):
     killed_at = _ckpt_step(tmp_path / "b" / "ckpt")
     assert 0 < killed_at < STEPS, killed_at
 
-    resumed = subprocess.run(_cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True,
-                             timeout=600)
+    resumed = subprocess.run(
+        _cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"resumed from {tmp_path / 'b' / 'ckpt'}: step {killed_at}" in resumed.stdout + \
-        resumed.stderr
+    assert (
+        f"resumed from {tmp_path / 'b' / 'ckpt'}: step {killed_at}"
+        in resumed.stdout + resumed.stderr
+    )
 
     a, b = (np.load(tmp_path / r / "out" / "data.npz") for r in ("a", "b"))
     for key in ("tokens", "lens", "plens"):
         assert np.array_equal(a[key], b[key]), key
-    ra, rb = (json.loads((tmp_path / r / "out" / "D" / "recipe.json").read_text())["plan"]
-              for r in ("a", "b"))
+    ra, rb = (
+        json.loads((tmp_path / r / "out" / "D" / "recipe.json").read_text())["plan"]
+        for r in ("a", "b")
+    )
     assert ra["steps"] == rb["steps"] == STEPS
     assert ra["gen_tokens"] == rb["gen_tokens"] > 0
     wa, wb = (load_file(str(tmp_path / r / "out" / "D" / "model.safetensors")) for r in "ab")
@@ -107,8 +184,9 @@ def test_topk_kl_is_the_full_kl_when_k_is_the_vocabulary_and_a_lower_bound_below
     d_logits = torch.randn(50, 40, generator=g) * 3
     full = O.forward_kl(torch.log_softmax(t_logits, -1), d_logits)
     ids, logp = topk_of_logits(t_logits, 40)
-    torch.testing.assert_close(O.topk_kl(ids.long(), logp.float(), d_logits), full,
-                               rtol=2e-3, atol=2e-3)  # float16 log-probs
+    torch.testing.assert_close(
+        O.topk_kl(ids.long(), logp.float(), d_logits), full, rtol=2e-3, atol=2e-3
+    )  # float16 log-probs
     ids, logp = topk_of_logits(t_logits, 8)
     part = O.topk_kl(ids.long(), logp.float(), d_logits)
     assert (part <= full + 2e-3).all() and (part >= -1e-4).all()
@@ -187,8 +265,9 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     """``--data-in`` data are not generated again: a run continued from an earlier run's
     data.npz prompts the target with pool items the earlier run did not use."""
     _pool(tmp_path / "pool.jsonl.gz")
-    first = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
-                           timeout=600)
+    first = subprocess.run(
+        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     cmd = _cmd(tmp_path, "c") + ["--data-in", str(tmp_path / "a" / "out" / "data.npz")]
     cmd[cmd.index("--replay-ratio") + 1] = "0.5"  # generate soon after loading
@@ -198,8 +277,10 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     def prompts(path: Path) -> list[tuple[int, ...]]:
         z = np.load(path)
         ends = np.cumsum(z["lens"])
-        return [tuple(z["tokens"][e - n : e - n + p]) for e, n, p in
-                zip(ends, z["lens"], z["plens"], strict=True)]
+        return [
+            tuple(z["tokens"][e - n : e - n + p])
+            for e, n, p in zip(ends, z["lens"], z["plens"], strict=True)
+        ]
 
     old = prompts(tmp_path / "a" / "out" / "data.npz")
     both = prompts(tmp_path / "c" / "out" / "data.npz")
@@ -210,31 +291,39 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     assert len(set(new)) == len(new)
 
 
-def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_refilling(
-        tmp_path):
+def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_refilling(tmp_path):
     """The teacher-forced pass over ``--data-in`` data (an hour on a CPU for the shipped
     data) is checkpointed before the first step: a run killed after it resumes from that
     state without a second pass and ends where an uninterrupted run ends."""
     _pool(tmp_path / "pool.jsonl.gz")
-    first = subprocess.run(_cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True,
-                           timeout=600)
+    first = subprocess.run(
+        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert first.returncode == 0, first.stderr[-2000:]
 
     def continued(run: str) -> list[str]:
-        cmd = _cmd(tmp_path, run) + ["--data-in", str(tmp_path / "a" / "out" / "data.npz"),
-                                     "--gen-frac", "0", "--prompt-weight", "0.5"]
+        cmd = _cmd(tmp_path, run) + [
+            "--data-in",
+            str(tmp_path / "a" / "out" / "data.npz"),
+            "--gen-frac",
+            "0",
+            "--prompt-weight",
+            "0.5",
+        ]
         # no periodic checkpoint: the only one before the end is the one after the fill
         cmd[cmd.index("--ckpt-every-s") + 1] = "3600"
         return cmd
 
-    straight = subprocess.run(continued("s"), env=_env(), capture_output=True, text=True,
-                              timeout=600)
+    straight = subprocess.run(
+        continued("s"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert straight.returncode == 0, straight.stderr[-2000:]
     filled = "teacher top-16 computed for"
     assert filled in straight.stdout + straight.stderr
 
-    proc = subprocess.Popen(continued("k"), env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        continued("k"), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 300
     while _ckpt_step(tmp_path / "k" / "ckpt") < 0 and time.time() < deadline:
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -242,8 +331,9 @@ def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_r
     proc.kill()
     proc.wait()
     assert _ckpt_step(tmp_path / "k" / "ckpt") == 0
-    resumed = subprocess.run(continued("k"), env=_env(), capture_output=True, text=True,
-                             timeout=600)
+    resumed = subprocess.run(
+        continued("k"), env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     log = resumed.stdout + resumed.stderr
     assert f"resumed from {tmp_path / 'k' / 'ckpt'}: step 0" in log

@@ -41,7 +41,9 @@ def _pair(dtype: torch.dtype):
 def _chi2(target, draft, name: str) -> tuple[float, float]:
     decoder = Decoder(
         build_method(name, temperature=1.0, top_k=6, top_p=0.95, **METHOD[name]),
-        ModelRunner(target), ModelRunner(draft))
+        ModelRunner(target),
+        ModelRunner(draft),
+    )
     exact = exact_two_token_dist(target, PROMPT, WARP).float()
     stat, df = chi2_statistic(sample_two_tokens(decoder, VOCAB, RUNS), exact, RUNS)
     return stat, chi2_critical(df, ALPHA)
@@ -105,14 +107,21 @@ def test_draft_vocab_script_ranks_response_tokens_only(tmp_path):
     import numpy as np
 
     spec = importlib.util.spec_from_file_location(
-        "draft_vocab", Path(__file__).resolve().parents[1] / "scripts" / "draft_vocab.py")
+        "draft_vocab", Path(__file__).resolve().parents[1] / "scripts" / "draft_vocab.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     # two sequences: prompt tokens (9s) must not count, responses use 4 (x3) and 6 (x1)
     seqs = [[9, 9, 9, 4, 4, 6], [9, 9, 4]]
-    np.savez(tmp_path / "data.npz", tokens=np.array(sum(seqs, []), dtype=np.uint16),
-             lens=np.array([6, 3]), plens=np.array([3, 2]), kinds=np.array(["a", "b"]),
-             gen_tokens=4, gen_tokens_greedy=0)
+    np.savez(
+        tmp_path / "data.npz",
+        tokens=np.array(sum(seqs, []), dtype=np.uint16),
+        lens=np.array([6, 3]),
+        plens=np.array([3, 2]),
+        kinds=np.array(["a", "b"]),
+        gen_tokens=4,
+        gen_tokens_greedy=0,
+    )
     folder = tmp_path / "draft"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"vocab_size": 12, "eos_token_id": 2}))

@@ -76,11 +76,11 @@ def test_training_unroll_equals_the_drafts_own_cache(tiny_target):
             for i in range(k - 1, L):
                 s = i - k + 1
                 cache = DynamicCache()
-                a = head.step(head.layer_input(toks[:, : s + 1], prev[:, : s + 1]),
-                              torch.arange(s + 1), cache)[:, -1:]
+                a = head.step(
+                    head.layer_input(toks[:, : s + 1], prev[:, : s + 1]), torch.arange(s + 1), cache
+                )[:, -1:]
                 for j in range(s + 1, i + 1):
-                    a = head.step(head.layer_input(toks[:, j : j + 1], a), torch.tensor([j]),
-                                  cache)
+                    a = head.step(head.layer_input(toks[:, j : j + 1], a), torch.tensor([j]), cache)
                 ref = a[0, -1]
                 worst = max(worst, float((ref - outs[k - 1][0, i]).abs().max() / ref.abs().max()))
     tap.remove()
@@ -134,8 +134,9 @@ class FreshCheck:
             tap.remove()
             prev = torch.cat([torch.zeros_like(feats[:1]), feats])[:true_len]
             cache = DynamicCache()
-            a = head.step(head.layer_input(ids[None, :true_len], prev[None]),
-                          torch.arange(true_len), cache)[:, -1:]
+            a = head.step(
+                head.layer_input(ids[None, :true_len], prev[None]), torch.arange(true_len), cache
+            )[:, -1:]
             for j in range(true_len, ids.numel()):
                 a = head.step(head.layer_input(ids[None, j : j + 1], a), torch.tensor([j]), cache)
             fresh = head.logits(a[0, -1])
@@ -227,11 +228,14 @@ def test_our_layout_saves_loads_and_runs_through_load_pair(tmp_path, tiny_target
     head.save(tmp_path / "head")
     (tmp_path / "head" / "draft_vocab.json").write_text(json.dumps({"ids": list(range(200))}))
     loaded = load_head(tmp_path / "head", tiny_target, list(range(200)))
-    for (k, v), (k2, v2) in zip(head.state_dict().items(), loaded.state_dict().items(),
-                                strict=True):
+    for (k, v), (k2, v2) in zip(
+        head.state_dict().items(), loaded.state_dict().items(), strict=True
+    ):
         assert k == k2 and torch.equal(v, v2)
-    pair = load_pair(ModelSpec(loader="tiny", tiny={"vocab_size": 320, "seed": 3}),
-                     ModelSpec(loader="local", path=str(tmp_path / "head"), kind="head"))
+    pair = load_pair(
+        ModelSpec(loader="tiny", tiny={"vocab_size": 320, "seed": 3}),
+        ModelSpec(loader="local", path=str(tmp_path / "head"), kind="head"),
+    )
     assert isinstance(pair.draft, HeadRunner) and pair.draft.vocab_ids.numel() == 200
     out = Decoder(build_method("mtad", gamma=3), pair.target, pair.draft).generate([5, 6, 7], 12)
     assert len(out.token_ids) == 12
@@ -246,13 +250,23 @@ def test_a_published_eagle_checkpoint_layout_loads(tmp_path, tiny_target):
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
     d = tiny_target.config.hidden_size
-    ref = random_head(tiny_target, taps=[-1], fuse=False, input_norm=False, final_norm=False,
-                      fc_bias=True, layout="eagle", seed=9)
+    ref = random_head(
+        tiny_target,
+        taps=[-1],
+        fuse=False,
+        input_norm=False,
+        final_norm=False,
+        fc_bias=True,
+        layout="eagle",
+        seed=9,
+    )
     state = {k: v for k, v in ref.state_dict().items() if "input_layernorm" not in k}
     state["embed_tokens.weight"] = torch.zeros(320, d)
     torch.save(state, folder / "pytorch_model.bin")
-    pair = load_pair(ModelSpec(loader="tiny", tiny={"vocab_size": 320, "seed": 3}),
-                     ModelSpec(loader="local", path=str(folder), kind="head"))
+    pair = load_pair(
+        ModelSpec(loader="tiny", tiny={"vocab_size": 320, "seed": 3}),
+        ModelSpec(loader="local", path=str(folder), kind="head"),
+    )
     assert pair.draft.model.spec.layout == "eagle" and pair.draft.model.norm is None
     assert torch.equal(pair.draft.model.fc.bias, ref.fc.bias)
     out = Decoder(build_method("sps", temperature=0.0, gamma=3), pair.target, pair.draft)
@@ -300,17 +314,19 @@ def tiny_shards(tmp_path_factory, tiny_target):
 
     folder = tmp_path_factory.mktemp("shards")
     gen = torch.Generator().manual_seed(0)
-    seqs = [torch.randint(3, 320, (int(n),), generator=gen).tolist() for n in
-            torch.randint(12, 40, (30,), generator=gen)]
-    paths = teacher_pass(tiny_target, seqs, [4] * len(seqs), folder, taps=[1, 2, 3],
-                         shard_tokens=300, progress=False)
+    seqs = [
+        torch.randint(3, 320, (int(n),), generator=gen).tolist()
+        for n in torch.randint(12, 40, (30,), generator=gen)
+    ]
+    paths = teacher_pass(
+        tiny_target, seqs, [4] * len(seqs), folder, taps=[1, 2, 3], shard_tokens=300, progress=False
+    )
     for p in paths:
         derive_final(tiny_target, p)
     return folder
 
 
-def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_path,
-                                                                            tiny_shards):
+def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_path, tiny_shards):
     import os
     import signal
     import subprocess
@@ -320,13 +336,20 @@ def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run([sys.executable, str(script), str(tiny_shards), str(tmp_path / "a"),
-                           "inf"], env=env, capture_output=True, text=True, timeout=600)
+    full = subprocess.run(
+        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "a"), "inf"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert full.returncode == 0, full.stderr
     total = int(full.stdout.split("steps")[1])
     assert total >= 6
-    proc = subprocess.Popen([sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"),
-                             str(total // 2)], env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"), str(total // 2)],
+        env=env,
+    )
     ckpt = tmp_path / "b" / "ckpt.pt"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -338,8 +361,13 @@ def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "b" / "final_weights.pt").exists()  # killed mid-run
-    resumed = subprocess.run([sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"),
-                              "inf"], env=env, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"), "inf"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     a = torch.load(tmp_path / "a" / "final_weights.pt")
     b = torch.load(tmp_path / "b" / "final_weights.pt")

@@ -103,8 +103,9 @@ def test_real_pair_generates_with_every_method():
 
     pair_cfg = OmegaConf.load(REPO / "conf" / "pair" / "smollm2.yaml")
     fp32 = {"dtype": "float32"}
-    pair = load_pair(ModelSpec(**{**pair_cfg.target, **fp32}),
-                     ModelSpec(**{**pair_cfg.draft, **fp32}))
+    pair = load_pair(
+        ModelSpec(**{**pair_cfg.target, **fp32}), ModelSpec(**{**pair_cfg.draft, **fp32})
+    )
     text = pair.tokenizer.apply_chat_template(
         [{"role": "user", "content": "Name three colours."}],
         add_generation_prompt=True,

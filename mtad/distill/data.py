@@ -113,11 +113,20 @@ def fill_teacher(
     positions (``--prompt-weight``: generation computes no logits there): one teacher-forced
     target forward over each sequence; returns the number of sequences filled. ``progress``
     shows a bar in token positions (loaded data on a CPU: tens of minutes)."""
-    todo = [i for i, (t, tp) in enumerate(zip(buf.teach, buf.teach_prompt, strict=True))
-            if t is None or (prompts and tp is None)]
+    todo = [
+        i
+        for i, (t, tp) in enumerate(zip(buf.teach, buf.teach_prompt, strict=True))
+        if t is None or (prompts and tp is None)
+    ]
     pad = target.config.pad_token_id or 0
-    bar = tqdm(total=sum(len(buf.seqs[i]) for i in todo), unit="tok", desc="teacher top-k",
-               dynamic_ncols=True, mininterval=5.0, disable=not (progress and todo))
+    bar = tqdm(
+        total=sum(len(buf.seqs[i]) for i in todo),
+        unit="tok",
+        desc="teacher top-k",
+        dynamic_ncols=True,
+        mininterval=5.0,
+        disable=not (progress and todo),
+    )
     for rows in make_batches(buf, todo, micro_tokens):
         x, w = collate(buf, rows, pad, 0.0, device)
         logits = target(input_ids=x).logits

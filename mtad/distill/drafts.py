@@ -54,10 +54,18 @@ def load_target(args):
 
         tok = AutoTokenizer.from_pretrained(args.target.split(":", 1)[1])
         torch.manual_seed(1234)
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
-                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                          tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
         model = LlamaForCausalLM(cfg).to(dtype).to(args.device).eval()
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -78,14 +86,23 @@ def build_draft(spec: DraftSpec, target, args):
     tc = target.config
     rope = getattr(tc, "rope_parameters", None) or {}
     cfg = LlamaConfig(
-        vocab_size=tc.vocab_size, hidden_size=spec.hidden, intermediate_size=spec.intermediate,
-        num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
-        num_key_value_heads=spec.kv_heads, head_dim=spec.hidden // spec.heads,
+        vocab_size=tc.vocab_size,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.intermediate,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        head_dim=spec.hidden // spec.heads,
         max_position_embeddings=getattr(tc, "max_position_embeddings", 8192),
-        rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-5), tie_word_embeddings=True,
-        bos_token_id=tc.bos_token_id, eos_token_id=tc.eos_token_id, pad_token_id=tc.pad_token_id,
-        rope_parameters={"rope_type": "default", "rope_theta": float(
-            rope.get("rope_theta", getattr(tc, "rope_theta", 1e4)))},
+        rms_norm_eps=getattr(tc, "rms_norm_eps", 1e-5),
+        tie_word_embeddings=True,
+        bos_token_id=tc.bos_token_id,
+        eos_token_id=tc.eos_token_id,
+        pad_token_id=tc.pad_token_id,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": float(rope.get("rope_theta", getattr(tc, "rope_theta", 1e4))),
+        },
     )
     model = LlamaForCausalLM(cfg)
     if args.init_embed == "pca":
@@ -110,9 +127,17 @@ def build_optimisers(args, drafts) -> list[torch.optim.Optimizer]:
     for d in drafts:
         decay = [p for n, p in d.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in d.named_parameters() if p.ndim < 2]
-        opts.append(torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}],
-                                      lr=args.lr, betas=(0.9, 0.95), fused=fused))
+        opts.append(
+            torch.optim.AdamW(
+                [
+                    {"params": decay, "weight_decay": args.weight_decay},
+                    {"params": no_decay, "weight_decay": 0.0},
+                ],
+                lr=args.lr,
+                betas=(0.9, 0.95),
+                fused=fused,
+            )
+        )
     return opts
 
 
@@ -122,11 +147,14 @@ def init_from(folder: str, specs: list[DraftSpec], drafts, log, restrict: bool =
     init_sd = load_file(str(Path(folder) / "model.safetensors"))
     for s, d in zip(specs, drafts, strict=True):
         missing, unexpected = d.load_state_dict(
-            {k: v.float() for k, v in init_sd.items()}, strict=False)
+            {k: v.float() for k, v in init_sd.items()}, strict=False
+        )
         missing = [k for k in missing if k != "lm_head.weight"]
         if missing or unexpected:
-            raise SystemExit(f"--init-from {folder} does not fit draft {s.name}: "
-                             f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+            raise SystemExit(
+                f"--init-from {folder} does not fit draft {s.name}: "
+                f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+            )
         d.tie_weights()
         if restrict and (vocab := read_vocab(folder)) is not None:
             restrict_vocab(d, vocab)

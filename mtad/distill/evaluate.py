@@ -22,8 +22,9 @@ class EvalSet:
 
 
 def build_eval_sets(args, target, tok, heldout_pool: list[dict]) -> list[EvalSet]:
-    items = heldout_items(args.eval_n_humaneval, args.eval_n_mtbench, args.eval_n_default,
-                          args.default_prompts)
+    items = heldout_items(
+        args.eval_n_humaneval, args.eval_n_mtbench, args.eval_n_default, args.default_prompts
+    )
     for it in heldout_pool:
         items.append({**it, "kind": "pool-heldout"})
     by_kind: dict[str, EvalSet] = {}
@@ -33,22 +34,26 @@ def build_eval_sets(args, target, tok, heldout_pool: list[dict]) -> list[EvalSet
     turn2 = []
     for s in range(0, len(enc), args.eval_batch_size):
         chunk = enc[s : s + args.eval_batch_size]
-        resps = generate(target, tok, [p for _, p in chunk], args.eval_max_new, False,
-                         args.device, seed + s)
+        resps = generate(
+            target, tok, [p for _, p in chunk], args.eval_max_new, False, args.device, seed + s
+        )
         for (it, p), r in zip(chunk, resps, strict=True):
             by_kind.setdefault(it["kind"], EvalSet(it["kind"], [], []))
             by_kind[it["kind"]].seqs.append(p + r)
             by_kind[it["kind"]].plens.append(len(p))
             if args.eval_mtbench_turn2 and it.get("second_turn"):
                 text = tok.decode(r, skip_special_tokens=True)
-                msgs = it["messages"] + [{"role": "assistant", "content": text},
-                                         {"role": "user", "content": it["second_turn"]}]
+                msgs = it["messages"] + [
+                    {"role": "assistant", "content": text},
+                    {"role": "user", "content": it["second_turn"]},
+                ]
                 turn2.append({"kind": "mtbench-turn2", "messages": msgs})
     enc2 = [(it, encode_item(tok, it)) for it in turn2]
     enc2 = [(it, p) for it, p in enc2 if len(p) <= args.max_seq_tokens - args.eval_max_new]
     if enc2:
-        resps = generate(target, tok, [p for _, p in enc2], args.eval_max_new, False,
-                         args.device, seed + 99_999)
+        resps = generate(
+            target, tok, [p for _, p in enc2], args.eval_max_new, False, args.device, seed + 99_999
+        )
         for (it, p), r in zip(enc2, resps, strict=True):
             by_kind.setdefault(it["kind"], EvalSet(it["kind"], [], []))
             by_kind[it["kind"]].seqs.append(p + r)
@@ -63,8 +68,13 @@ def evaluate(args, target, drafts, specs, sets: list[EvalSet], train_buf: Buffer
     if train_buf is not None and train_buf.seqs:
         r = random.Random(7)
         pick = r.sample(range(len(train_buf.seqs)), min(128, len(train_buf.seqs)))
-        sets.append(EvalSet("train-sample", [train_buf.seqs[i] for i in pick],
-                            [train_buf.plens[i] for i in pick]))
+        sets.append(
+            EvalSet(
+                "train-sample",
+                [train_buf.seqs[i] for i in pick],
+                [train_buf.plens[i] for i in pick],
+            )
+        )
     for d in drafts:
         d.eval()
     res: dict = {s.name: {} for s in specs}

@@ -150,7 +150,7 @@ def _write_shard(target, tap, seqs, plens, a, b, folder, topk, micro_tokens, pad
     lens = np.array([len(seqs[i]) for i in range(a, b)], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
     n, d = int(lens.sum()), None
-    feats = ids_k = logp_k = None
+    feats = ids_k = logp_k = final = None
     order = sorted(range(a, b), key=lambda i: len(seqs[i]))
     batches, cur = [], []
     for i in order:
@@ -174,9 +174,11 @@ def _write_shard(target, tap, seqs, plens, a, b, folder, topk, micro_tokens, pad
             feats = np.empty((n, tapped.shape[-2], d), dtype=np.uint16)
             ids_k = np.empty((n, topk), dtype=np.uint16)
             logp_k = np.empty((n, topk), dtype=np.float16)
+            final = np.empty((n, d), dtype=np.uint16)
         for r, i in enumerate(rows):
             s, m = int(starts[i - a]), len(seqs[i])
             feats[s : s + m] = to_bf16_bits(tapped[r, :m])
+            final[s : s + m] = to_bf16_bits(hidden[r, :m])  # last_hidden_state is normed
             ids_k[s : s + m] = idx[r, :m].numpy().astype(np.uint16)
             logp_k[s : s + m] = vals[r, :m].numpy().astype(np.float16)
         bar.update(sum(len(seqs[i]) for i in rows))
@@ -186,6 +188,7 @@ def _write_shard(target, tap, seqs, plens, a, b, folder, topk, micro_tokens, pad
     np.save(tmp / "feats.npy", feats)
     np.save(tmp / "topk_ids.npy", ids_k)
     np.save(tmp / "topk_logp.npy", logp_k)
+    np.save(tmp / FINAL_FILE, final)  # the same forward's; derive_final only for older shards
     tokens = np.fromiter((t for i in range(a, b) for t in seqs[i]), dtype=np.uint16, count=n)
     np.savez(
         tmp / "index.npz",

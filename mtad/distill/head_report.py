@@ -36,8 +36,9 @@ def plot_curve(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax[0].plot(xs, [r["heldout"]["all"][d] for r in rows], marker="o", label=f"depth {d[1:]}")
     for kind in EVAL_KINDS:
         if kind in rows[-1]["heldout"]:
-            ax[1].plot(xs, [r["heldout"].get(kind, {}).get("d1") for r in rows], marker=".",
-                       label=kind)
+            ax[1].plot(
+                xs, [r["heldout"].get(kind, {}).get("d1") for r in rows], marker=".", label=kind
+            )
     for a in ax:
         a.axhline(ACCEPT_BAR, color="grey", ls="--", lw=0.8)
         a.set_xlabel("training token-positions (millions, depth 1)")
@@ -69,8 +70,11 @@ def _interp(x, xs, ys):
 
 
 def heldout_table(res: dict[str, dict[str, float]], depths: int) -> list[str]:
-    head = "| kind | prompts | positions | " + " | ".join(f"depth {d}" for d in
-                                                        range(1, depths + 1)) + " |"
+    head = (
+        "| kind | prompts | positions | "
+        + " | ".join(f"depth {d}" for d in range(1, depths + 1))
+        + " |"
+    )
     lines = [head, "|" + "---|" * (3 + depths)]
     for kind in (*EVAL_KINDS, "all"):
         row = res.get(kind)
@@ -85,5 +89,7 @@ def heldout_table(res: dict[str, dict[str, float]], depths: int) -> list[str]:
 def verdict(res: dict[str, dict[str, float]], depths: int) -> str:
     worst = min(res[k][f"d{d}"] for k in EVAL_KINDS if k in res for d in range(1, depths + 1))
     status = "meets" if worst >= ACCEPT_BAR else "is below"
-    return (f"Lowest held-out acceptance over the four kinds and depths 1..{depths}: "
-            f"**{worst:.3f}**, which {status} the bar of {ACCEPT_BAR} (goal {ACCEPT_GOAL}).")
+    return (
+        f"Lowest held-out acceptance over the four kinds and depths 1..{depths}: "
+        f"**{worst:.3f}**, which {status} the bar of {ACCEPT_BAR} (goal {ACCEPT_GOAL})."
+    )

@@ -54,9 +54,11 @@ class Distillation:
 
         self.pool = prepare_pool(args, log)
         self.target, self.tok = load_target(args)
-        log(f"target loaded ({time.perf_counter() - self.t_start:.1f} s): "
+        log(
+            f"target loaded ({time.perf_counter() - self.t_start:.1f} s): "
             f"{sum(p.numel() for p in self.target.parameters()) / 1e6:.1f}M params on "
-            f"{args.device}")
+            f"{args.device}"
+        )
         self.specs = args.drafts
         torch.manual_seed(args.seed)
         self.drafts = [build_draft(s, self.target, args) for s in self.specs]
@@ -79,12 +81,21 @@ class Distillation:
             for f in args.data_in:
                 n0 = len(self.buf.seqs)
                 load_data(f, self.buf)
-                log(f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
-                    f"{self.buf.gen_tokens} tokens")
+                log(
+                    f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
+                    f"{self.buf.gen_tokens} tokens"
+                )
         if args.teacher_topk:  # loaded data, or a state saved before teach_prompt existed
-            filled = fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                                  args.micro_tokens, log, prompts=args.prompt_weight > 0,
-                                  progress=True)
+            filled = fill_teacher(
+                self.buf,
+                self.target,
+                args.teacher_topk,
+                args.device,
+                args.micro_tokens,
+                log,
+                prompts=args.prompt_weight > 0,
+                progress=True,
+            )
             if filled and self.ckpt_dir:
                 # the pass over loaded data can take an hour on a CPU: a kill after it loses
                 # nothing (the loop has not started: a resume starts its schedule afresh)
@@ -94,17 +105,20 @@ class Distillation:
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()
         self.eval_sets = build_eval_sets(args, self.target, self.tok, self.pool["heldout"])
-        log(f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
-            f"({time.perf_counter() - t0:.1f} s)")
+        log(
+            f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
         # prompts whose responses are already in the buffer (loaded with --data-in, or
         # generated before a resume) are not generated again: a continued run draws new ones
-        self.seen_prompts = {tuple(q[:n]) for q, n, k in
-                             zip(self.buf.seqs, self.buf.plens, self.buf.kinds, strict=True)
-                             if k != "followup"}
+        self.seen_prompts = {
+            tuple(q[:n])
+            for q, n, k in zip(self.buf.seqs, self.buf.plens, self.buf.kinds, strict=True)
+            if k != "followup"
+        }
         self.recipe = self.make_recipe()
         # the schedule (gen phase, lr decay) spans the loop, not the set-up
-        self.loop_start = (resumed_loop_start if resumed_loop_start is not None
-                           else self.elapsed())
+        self.loop_start = resumed_loop_start if resumed_loop_start is not None else self.elapsed()
         self.metrics: dict = {}
 
     def resume(self, st: dict) -> float | None:
@@ -119,30 +133,51 @@ class Distillation:
         self.elapsed_before = st["elapsed"]
         self.rng.setstate(st["rng"])
         torch.set_rng_state(st["torch_rng"])
-        self.log(f"resumed from {self.ckpt_dir}: step {self.step}, "
-                 f"{self.buf.gen_tokens} generated tokens")
+        self.log(
+            f"resumed from {self.ckpt_dir}: step {self.step}, "
+            f"{self.buf.gen_tokens} generated tokens"
+        )
         return st.get("loop_start")
 
     def checkpoint(self) -> None:
-        save_ckpt(self.ckpt_dir, {
-            "drafts": [d.state_dict() for d in self.drafts],
-            "opts": [o.state_dict() for o in self.opts],
-            "buf": asdict(self.buf), "history": self.history, "step": self.step,
-            "cursor": self.cursor, "gen_batches": self.gen_batches,
-            "train_tokens": self.train_tokens, "finished_chats": self.finished_chats,
-            "elapsed": self.elapsed(), "loop_start": self.loop_start,
-            "rng": self.rng.getstate(), "torch_rng": torch.get_rng_state()})
+        save_ckpt(
+            self.ckpt_dir,
+            {
+                "drafts": [d.state_dict() for d in self.drafts],
+                "opts": [o.state_dict() for o in self.opts],
+                "buf": asdict(self.buf),
+                "history": self.history,
+                "step": self.step,
+                "cursor": self.cursor,
+                "gen_batches": self.gen_batches,
+                "train_tokens": self.train_tokens,
+                "finished_chats": self.finished_chats,
+                "elapsed": self.elapsed(),
+                "loop_start": self.loop_start,
+                "rng": self.rng.getstate(),
+                "torch_rng": torch.get_rng_state(),
+            },
+        )
 
     def make_recipe(self) -> dict:
         args, env = self.args, environment()
         return {
-            "target": args.target, "target_dtype": args.target_dtype, "seed": args.seed,
+            "target": args.target,
+            "target_dtype": args.target_dtype,
+            "seed": args.seed,
             "vocab_size": self.target.config.vocab_size,
-            "args": {k: ([asdict(x) if isinstance(x, DraftSpec) else x for x in v]
-                         if isinstance(v, list) else v) for k, v in vars(args).items()},
+            "args": {
+                k: (
+                    [asdict(x) if isinstance(x, DraftSpec) else x for x in v]
+                    if isinstance(v, list)
+                    else v
+                )
+                for k, v in vars(args).items()
+            },
             "warp": asdict(O.AUTHORS_WARP),
             "pool": self.pool["recipe"],
-            "env": env, "git_commit": env["git"]["commit"] or "unknown",
+            "env": env,
+            "git_commit": env["git"]["commit"] or "unknown",
             "cmd": " ".join([sys.executable] + sys.argv),
         }
 
@@ -154,8 +189,9 @@ class Distillation:
     def progress(self) -> float:
         a = self.args
         if a.time_budget:
-            return ((self.elapsed() - self.loop_start)
-                    / max(1.0, a.time_budget - a.final_reserve_s - self.loop_start))
+            return (self.elapsed() - self.loop_start) / max(
+                1.0, a.time_budget - a.final_reserve_s - self.loop_start
+            )
         return self.step / max(1, a.max_steps)
 
     def gen_phase(self) -> bool:
@@ -171,11 +207,16 @@ class Distillation:
         return self.step >= a.max_steps
 
     def plan(self) -> dict:
-        return {"steps": self.step, "gen_batches": self.gen_batches,
-                "gen_sequences": len(self.buf.seqs), "gen_tokens": self.buf.gen_tokens,
-                "gen_tokens_greedy": self.buf.gen_tokens_greedy,
-                "train_tokens": self.train_tokens, "pool_cursor": self.cursor,
-                "wall_s": self.elapsed()}
+        return {
+            "steps": self.step,
+            "gen_batches": self.gen_batches,
+            "gen_sequences": len(self.buf.seqs),
+            "gen_tokens": self.buf.gen_tokens,
+            "gen_tokens_greedy": self.buf.gen_tokens_greedy,
+            "train_tokens": self.train_tokens,
+            "pool_cursor": self.cursor,
+            "wall_s": self.elapsed(),
+        }
 
     # ---- the two iterations
 
@@ -199,7 +240,8 @@ class Distillation:
             it, resp = self.finished_chats[rng.randrange(len(self.finished_chats))]
             msgs = it["messages"] + [
                 {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
-                {"role": "user", "content": rng.choice(FOLLOW_UPS)}]
+                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
+            ]
             p = encode_item(tok, {"messages": msgs})
             if len(p) <= args.max_seq_tokens - args.gen_max_new:
                 batch_items.append({"kind": "followup", "messages": msgs})
@@ -207,9 +249,16 @@ class Distillation:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         tg = time.perf_counter()
         try:
-            out = generate(self.target, tok, [prompts[i] for i in order], args.gen_max_new,
-                           greedy, args.device, args.seed * 1_000_003 + self.gen_batches,
-                           teacher_topk=args.teacher_topk)
+            out = generate(
+                self.target,
+                tok,
+                [prompts[i] for i in order],
+                args.gen_max_new,
+                greedy,
+                args.device,
+                args.seed * 1_000_003 + self.gen_batches,
+                teacher_topk=args.teacher_topk,
+            )
             resps, teach = out if args.teacher_topk else (out, [None] * len(out))
         except torch.OutOfMemoryError:
             args.gen_batch_size = max(8, args.gen_batch_size // 2)
@@ -225,29 +274,43 @@ class Distillation:
             self.buf.add(prompts[i], r, batch_items[i]["kind"], greedy, teach[j])
             new += len(r)
             it = batch_items[i]
-            if ("messages" in it and it["kind"] != "followup"
-                    and "assistant_prefix" not in it and r
-                    and r[-1] == tok.eos_token_id and len(r) < 300):
+            if (
+                "messages" in it
+                and it["kind"] != "followup"
+                and "assistant_prefix" not in it
+                and r
+                and r[-1] == tok.eos_token_id
+                and len(r) < 300
+            ):
                 self.finished_chats.append((it, r))
                 if len(self.finished_chats) > 4096:
                     self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
         if args.teacher_topk and args.prompt_weight > 0:
             # generation computed no logits at the prompt positions: one teacher-forced pass
-            fill_teacher(self.buf, self.target, args.teacher_topk, args.device,
-                         args.micro_tokens, prompts=True)
+            fill_teacher(
+                self.buf,
+                self.target,
+                args.teacher_topk,
+                args.device,
+                args.micro_tokens,
+                prompts=True,
+            )
         self.gen_batches += 1
         dt = time.perf_counter() - tg
-        self.log(f"gen batch {self.gen_batches} ({'greedy' if greedy else 'sampled'}): "
-                 f"{len(prompts)} prompts, {new} tokens in {dt:.1f} s ({new / dt:.0f} tok/s); "
-                 f"total {self.buf.gen_tokens} tokens")
+        self.log(
+            f"gen batch {self.gen_batches} ({'greedy' if greedy else 'sampled'}): "
+            f"{len(prompts)} prompts, {new} tokens in {dt:.1f} s ({new / dt:.0f} tok/s); "
+            f"total {self.buf.gen_tokens} tokens"
+        )
 
     def training_step(self) -> dict | None:
         """One step of every draft; None when CUDA ran out of memory (micro-batches halved)."""
         args = self.args
         lr = lr_at(args, self.progress(), self.step)
         try:
-            stats, ntok = train_step(args, self.target, self.drafts, self.opts, self.specs,
-                                     self.buf, self.rng, lr)
+            stats, ntok = train_step(
+                args, self.target, self.drafts, self.opts, self.specs, self.buf, self.rng, lr
+            )
         except torch.OutOfMemoryError:
             args.micro_tokens = max(1024, args.micro_tokens // 2)
             torch.cuda.empty_cache()
@@ -255,38 +318,68 @@ class Distillation:
             return None
         self.step += 1
         self.train_tokens += ntok
-        self.history.append({"step": self.step, "tokens": self.train_tokens,
-                             "gen_tokens": self.buf.gen_tokens, "lr": lr, "t": self.elapsed(),
-                             **stats})
+        self.history.append(
+            {
+                "step": self.step,
+                "tokens": self.train_tokens,
+                "gen_tokens": self.buf.gen_tokens,
+                "lr": lr,
+                "t": self.elapsed(),
+                **stats,
+            }
+        )
         if self.step % 25 == 0:
-            self.log(f"step {self.step} tok {self.train_tokens} lr {lr:.2e} " + json.dumps(
-                {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in stats.items()}))
+            self.log(
+                f"step {self.step} tok {self.train_tokens} lr {lr:.2e} "
+                + json.dumps(
+                    {k: {kk: round(vv, 4) for kk, vv in v.items()} for k, v in stats.items()}
+                )
+            )
         return stats
 
     def export(self, final: bool) -> None:
         args = self.args
-        self.metrics = evaluate(args, self.target, self.drafts, self.specs, self.eval_sets,
-                                self.buf)
+        self.metrics = evaluate(
+            args, self.target, self.drafts, self.specs, self.eval_sets, self.buf
+        )
         self.recipe["plan"] = self.plan()
-        report.export(args, self.out, self.specs, self.drafts, self.recipe, self.history,
-                      self.metrics, self.pool["overlap"], final)
+        report.export(
+            args,
+            self.out,
+            self.specs,
+            self.drafts,
+            self.recipe,
+            self.history,
+            self.metrics,
+            self.pool["overlap"],
+            final,
+        )
         if args.save_data:
-            save_data(self.buf, self.out / "data.npz", args.transport_dir,
-                      args.transport_chunk_mib)
-        summary = {s.name: {k: (round(v["agree"], 4), round(v["accept"], 4))
-                            for k, v in self.metrics[s.name].items()} for s in self.specs}
+            save_data(self.buf, self.out / "data.npz", args.transport_dir, args.transport_chunk_mib)
+        summary = {
+            s.name: {
+                k: (round(v["agree"], 4), round(v["accept"], 4))
+                for k, v in self.metrics[s.name].items()
+            }
+            for s in self.specs
+        }
         self.log(f"[export step {self.step}] (agree, accept): {json.dumps(summary)}")
 
     def run(self) -> dict:
         args, budget = self.args, self.args.time_budget
-        bar = tqdm(total=int(budget) if budget else args.max_steps,
-                   unit="s" if budget else "step", desc="distil", dynamic_ncols=True,
-                   mininterval=2.0)
+        bar = tqdm(
+            total=int(budget) if budget else args.max_steps,
+            unit="s" if budget else "step",
+            desc="distil",
+            dynamic_ncols=True,
+            mininterval=2.0,
+        )
         last_export = last_ckpt = time.perf_counter()
         last_bar = 0
         while not self.done():
             need_gen = self.gen_phase() and (
-                not self.buf.seqs or self.train_tokens >= args.replay_ratio * self.buf.gen_tokens)
+                not self.buf.seqs or self.train_tokens >= args.replay_ratio * self.buf.gen_tokens
+            )
             if need_gen or not self.buf.seqs:
                 self.generation_batch()
                 continue
@@ -299,8 +392,13 @@ class Distillation:
                 last_bar = now
             else:
                 bar.update(1)
-            bar.set_postfix({s.name: f"kl {stats[s.name]['kl']:.3f} ag {stats[s.name]['agree']:.2f}"
-                             for s in self.specs}, refresh=False)
+            bar.set_postfix(
+                {
+                    s.name: f"kl {stats[s.name]['kl']:.3f} ag {stats[s.name]['agree']:.2f}"
+                    for s in self.specs
+                },
+                refresh=False,
+            )
             now = time.perf_counter()
             if args.export_every_s and now - last_export >= args.export_every_s:
                 self.export(final=False)
@@ -310,9 +408,11 @@ class Distillation:
                 last_ckpt = time.perf_counter()
         bar.close()
         self.export(final=True)
-        self.log(f"done: {self.step} steps, {self.train_tokens} trained token-positions, "
-                 f"{self.buf.gen_tokens} generated tokens, "
-                 f"{time.perf_counter() - self.t_start:.0f} s; outputs in {self.out}")
+        self.log(
+            f"done: {self.step} steps, {self.train_tokens} trained token-positions, "
+            f"{self.buf.gen_tokens} generated tokens, "
+            f"{time.perf_counter() - self.t_start:.0f} s; outputs in {self.out}"
+        )
         return self.metrics
 
 

