@@ -76,7 +76,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     head = load_head(args.head, target, read_vocab(args.head)).float()
     data = ShardData(feature_folders([args.eval_features]), need_final=head.spec.taps == [-1])
     kinds = [str(k) for k in np.load(args.eval_data)["kinds"]]
-    res = depth_acceptance(head, data, kinds, args.depths)
+    res = depth_acceptance(head, data, kinds, args.depths, autocast=use_autocast(args.autocast))
     for kind, row in res.items():
         print(
             f"{kind:14s} "
@@ -181,6 +181,16 @@ def response_tokens(data: str) -> list[np.ndarray]:
     return out
 
 
+def use_autocast(choice: str) -> bool:
+    """bfloat16 matmuls where they are fast: ``auto`` is on with native bfloat16 (a CPU with
+    AMX / AVX-512 BF16, or a GPU); on an AVX2 CPU bfloat16 is emulated and slower than fp32."""
+    from mtad.cpu import native_bf16
+
+    return choice == "bf16" or (
+        choice == "auto" and bool(torch.cuda.is_available() or native_bf16())
+    )
+
+
 def feature_folders(roots: list[str]) -> list[Path]:
     return [
         p
@@ -247,6 +257,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         micro_tokens=args.micro_tokens,
         prompt_weight=args.prompt_weight,
         overlap_weight=args.overlap_weight,
+        kl_weight=args.kl_weight,
+        reg_weight=args.reg_weight if final else 0.0,
+        feature_rms=args.feature_rms,
+        deep_fraction=args.deep_fraction,
+        depth_weights=[float(w) for w in args.depth_weights.split(",")],
+        autocast=use_autocast(args.autocast),
         seed=args.seed,
         source_repeats={k: int(v) for k, v in repeats.items()},
         ckpt_every_s=args.ckpt_every_s,
@@ -282,12 +298,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         head.save(out, extra={"trained_positions": state.positions, "step": state.step})
         row = {"step": state.step, "positions": state.positions, "seconds": state.seconds}
         if eval_data is not None:
-            row["heldout"] = depth_acceptance(head, eval_data, eval_kinds, args.depths)
+            row["heldout"] = depth_acceptance(
+                head, eval_data, eval_kinds, args.eval_depths, autocast=cfg.autocast
+            )
             log(
                 "held-out "
                 + json.dumps(
                     {
-                        k: [round(v[f"d{d + 1}"], 3) for d in range(args.depths)]
+                        k: [round(v[f"d{d + 1}"], 3) for d in range(args.eval_depths)]
                         for k, v in row["heldout"].items()
                     }
                 )
@@ -331,6 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     ev.add_argument("--depths", type=int, default=4)
     ev.add_argument("--threads", type=int, default=1)
     ev.add_argument("--json", default=None)
+    ev.add_argument("--autocast", choices=("auto", "bf16", "off"), default="auto")
     ev.set_defaults(run=cmd_eval)
     fi = sub.add_parser("finals", help="add the final normed state to stored shards")
     fi.add_argument("--features", nargs="+", required=True)
@@ -381,6 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         "--deep-fraction", type=float, default=1.0, help="share of positions scored at depths >= 2"
     )
     t.add_argument("--init-from", default=None, help="a saved head to continue from")
+    t.add_argument("--autocast", choices=("auto", "bf16", "off"), default="auto")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--threads", type=int, default=1)
     t.add_argument("--ckpt-every-s", type=float, default=300.0)
