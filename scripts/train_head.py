@@ -106,6 +106,91 @@ def save_ids(path: str, seqs, plens, kinds, **extra) -> None:
     os.replace(tmp, path)
 
 
+def cmd_report(args: argparse.Namespace) -> None:
+    """A shipped head's report: held-out acceptance by evaluation kind and depth on the
+    committed responses, the independent draft's figure on the same responses beside it, the
+    curve of the training stages, the verdict against issue 32's bar; ``report.md``,
+    ``heldout.json`` and ``curve.png`` in the head's folder (``--notes``: a hand-written section
+    appended, e.g. measured speed)."""
+    import json
+
+    from mtad.distill.head_eval import depth_acceptance, model_draft_acceptance
+    from mtad.distill.head_report import heldout_table, plot_curve, read_curve, verdict
+    from mtad.distill.head_train import ShardData
+    from mtad.engine.feature_head import load_head
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import read_vocab, restrict_vocab
+
+    torch.set_num_threads(args.threads)
+    autocast = use_autocast(args.autocast)
+    folder = Path(args.head)
+    target, _ = load_smollm2_target("float32")
+    head = load_head(folder, target, read_vocab(folder)).float()
+    data = ShardData(feature_folders([args.eval_features]), need_final=head.spec.taps == [-1])
+    kinds = [str(k) for k in np.load(args.eval_data)["kinds"]]
+    res = {"head": depth_acceptance(head, data, kinds, args.depths, autocast=autocast)}
+    if args.compare_draft:
+        from transformers import AutoModelForCausalLM
+
+        draft = AutoModelForCausalLM.from_pretrained(args.compare_draft, dtype=torch.float32)
+        ids = read_vocab(args.compare_draft)
+        if ids:
+            restrict_vocab(draft, ids)
+        res["draft"] = model_draft_acceptance(draft.eval(), ids, data, kinds)
+    (folder / "heldout.json").write_text(json.dumps(res, indent=1) + "\n")
+    rows, base_pos, base_s = [], 0, 0.0
+    for c in args.curves:  # each stage counts from 0: one axis across the stages
+        stage = read_curve(Path(c))
+        rows += [
+            {**r, "positions": r["positions"] + base_pos, "seconds": r["seconds"] + base_s}
+            for r in stage
+        ]
+        if stage:
+            base_pos, base_s = rows[-1]["positions"], rows[-1]["seconds"]
+    plot_curve(rows, folder / "curve.png", "smollm2 head")
+    cfg = json.loads((folder / "head_config.json").read_text())
+    n_params = sum(p.numel() for n, p in head.named_parameters() if p.requires_grad)
+    lines = [
+        f"# Feature-level draft head for smollm2 ({args.title})",
+        "",
+        f"- Layout: {cfg['head']}; one decoder layer ({n_params / 1e6:.2f}M trained "
+        "parameters) over the target's final normed state and the embedding of the next token, "
+        "the target's frozen embeddings and (sub-vocabulary) logits head.",
+        f"- Trained positions (last stage): {cfg.get('trained_positions', '?')}, step "
+        f"{cfg.get('step', '?')}.",
+        "",
+        "## Held-out expected acceptance (committed responses, `assets/evalsets/`)",
+        "",
+        "Mean over response positions of sum_v min(p_w, q_w) under the authors' warping (T=1, "
+        "top-k 10, top-p 0.9); at depth k the head has drafted k-1 positions on its own "
+        "features (`mtad.distill.head_eval`).",
+        "",
+        *heldout_table(res["head"], args.depths),
+        "",
+        verdict(res["head"], args.depths),
+    ]
+    if "draft" in res:
+        d = res["draft"]
+        lines += [
+            "",
+            f"The independent draft `{args.compare_draft}` on the same responses (its "
+            "acceptance does not depend on depth: it reads tokens, not features):",
+            "",
+            "| kind | head depth 1 | draft |",
+            "|---|---|---|",
+            *(
+                f"| {k} | {res['head'][k]['d1']:.3f} | {d[k]['d1']:.3f} |"
+                for k in d
+                if k in res["head"]
+            ),
+        ]
+    lines += ["", "Curve of the training stages: `curve.png`.", ""]
+    if args.notes:
+        lines += [Path(args.notes).read_text().rstrip(), ""]
+    (folder / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
 def cmd_corpus(args: argparse.Namespace) -> None:
     from collections import Counter
 
@@ -357,6 +442,18 @@ def main(argv: list[str] | None = None) -> None:
     fi.add_argument("--dtype", default="bfloat16")
     fi.add_argument("--watch", action="store_true", help="keep adding as new shards appear")
     fi.set_defaults(run=cmd_finals)
+    r = sub.add_parser("report", help="a head folder's report, held-out table and curve")
+    r.add_argument("--head", required=True)
+    r.add_argument("--title", default="shipped")
+    r.add_argument("--eval-features", default=".dev/head/features/heldout")
+    r.add_argument("--eval-data", default="assets/evalsets/smollm2-heldout.npz")
+    r.add_argument("--depths", type=int, default=4)
+    r.add_argument("--curves", nargs="*", default=[], help="curve.jsonl of each stage, in order")
+    r.add_argument("--compare-draft", default=None, help="an independent draft folder")
+    r.add_argument("--notes", default=None)
+    r.add_argument("--threads", type=int, default=1)
+    r.add_argument("--autocast", choices=("auto", "bf16", "off"), default="auto")
+    r.set_defaults(run=cmd_report)
     c = sub.add_parser("corpus", help="chat-formatted text from this disk, as uint16 ids")
     c.add_argument("--out", required=True)
     c.add_argument("--max-tokens", type=int, default=4_000_000)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mtad.harness.interrupt import EXIT_INTERRUPTED
 from mtad.harness.lease import LEASE_FILE
-from mtad.harness.results import RESULT_FILES, is_complete
+from mtad.runs.folder import RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +50,10 @@ def _folders(tmp: Path) -> list[Path]:
     return sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when(cmd: list[str], tmp: Path, ready) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
     """Start ``cmd``; once ``ready()`` holds, SIGINT its process group; its result."""
     proc = subprocess.Popen(
@@ -60,6 +64,9 @@ def _interrupt_when(cmd: list[str], tmp: Path, ready) -> subprocess.CompletedPro
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # a shell's background job (nohup pytest ... &) ignores SIGINT, and so would run.py,
+        # which inherits it: the child gets Ctrl-C's default, as at a terminal
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 240
     sent = False

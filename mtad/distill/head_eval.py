@@ -106,3 +106,49 @@ def warped_acceptance(
     c = t_ids if cols is None else cols[t_ids]
     q_at = torch.where(c >= 0, q_w.gather(-1, c.clamp_min(0)), 0.0)
     return torch.minimum(p_w, q_at).sum(-1)
+
+
+@torch.no_grad()
+def model_draft_acceptance(
+    draft: torch.nn.Module,
+    vocab_ids: list[int] | None,
+    data: ShardData,
+    kinds: list[str],
+    micro_tokens: int = 4096,
+) -> dict[str, dict[str, float]]:
+    """The same held-out figure for an independent draft model (``draft``'s logits restricted
+    to ``vocab_ids`` when it has a sub-vocabulary, as it decodes), on the same responses and
+    positions as :func:`depth_acceptance`'s depth 1. Teacher-forced on the response, a model
+    draft's distribution at a position does not depend on how many positions it drafted before
+    (it reads tokens, not features), so its acceptance is the same at every depth."""
+    cols = column_map(torch.tensor(vocab_ids), draft.config.vocab_size) if vocab_ids else None
+    sums: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    prompts: dict[str, int] = defaultdict(int)
+    order = sorted(data.refs(), key=lambda r: r.length)
+    batches, cur = [], []
+    for r in order:
+        if cur and (len(cur) + 1) * r.length > micro_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        batches.append(cur)
+    for refs_b in batches:
+        b = collate(data, refs_b, 0.0)
+        seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
+        for kind in seq_kind:
+            prompts[kind] += 1
+        logits = draft(input_ids=b["tokens"]).logits.float()
+        sel = b["w"] > 0  # response positions (prompt weight 0), as depth 1 of the head
+        acc = warped_acceptance(logits[sel], b["ids"][sel], b["logp"][sel], cols)
+        row_of = sel.nonzero()[:, 0]
+        for r, kind in enumerate(seq_kind):
+            m = row_of == r
+            sums[kind] += float(acc[m].sum())
+            counts[kind] += int(m.sum())
+    out = {k: _row(np.array([sums[k]]), np.array([counts[k]]), prompts[k]) for k in sorted(sums)}
+    out["all"] = _row(
+        np.array([sum(sums.values())]), np.array([sum(counts.values())]), sum(prompts.values())
+    )
+    return out
