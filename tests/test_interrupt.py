@@ -17,8 +17,8 @@ from pathlib import Path
 
 from mtad.harness.interrupt import EXIT_INTERRUPTED
 from mtad.harness.lease import LEASE_FILE
-from mtad.runs.folder import RESULT_FILES, is_complete
 from mtad.harness.wandb_logger import offline_runs, wandb_run_id
+from mtad.runs.folder import RESULT_FILES, is_complete
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW = ["+hydra.callbacks.slow._target_=fault_injection.SlowGeneration"]
