@@ -111,7 +111,9 @@ def test_every_pair_validates(name: str) -> None:
     assert spec.draft is not None
     if spec.target.loader == "hub":
         assert spec.target.device_map == "auto" and spec.target.dtype == "float16"
-    chat = name == "smollm2" or name.endswith(("_chat", "_instruct"))
+    base = name.removesuffix("_eagle").removesuffix("_head")  # the same pair, a head as draft
+    assert (spec.draft.kind == "head") == (base != name)
+    chat = base == "smollm2" or base.endswith(("_chat", "_instruct"))
     assert spec.cfg.pair.chat_template == chat
     assert spec.cfg.pair.notes  # every pair says where its draft choice comes from
 
