@@ -398,7 +398,8 @@ def train(
             if now - last_ckpt >= cfg.ckpt_every_s or done or stop:
                 save_checkpoint(folder, head, opt, state)
                 last_ckpt = now
-            if on_export and ((export_every_s and now - last_export >= export_every_s) or done):
+            due = export_every_s and now - last_export >= export_every_s
+            if on_export and (due or done or (stop and time_budget_s)):  # a budget's end too
                 on_export(state)
                 last_export = time.monotonic()
             if stop and not done:
