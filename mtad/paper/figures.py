@@ -10,6 +10,8 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from mtad.runs.comparison import seed_means
+
 matplotlib.use("Agg")  # figures are files; no display
 
 ROW_KEYS = ["pair", "task", "method"]
@@ -35,13 +37,15 @@ LABELS: dict[str, str] = {
 
 
 def _series(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Mean and std over seeds per (pair, task, method) for one metric (done runs only)."""
+    """Mean and std over seeds per (pair, task, method) for one metric (done runs only); a
+    ratio's mean on the log scale (:func:`mtad.runs.comparison.seed_means`)."""
     done = runs[runs["state"] == "done"].copy()
     if done.empty or column not in done.columns:
         return pd.DataFrame(columns=[*ROW_KEYS, "mean", "std"])
     done[column] = pd.to_numeric(done[column], errors="coerce")
     grouped = done.groupby(ROW_KEYS, sort=False)[column]
-    return pd.DataFrame({"mean": grouped.mean(), "std": grouped.std(ddof=1)}).reset_index()
+    mean = seed_means(done.groupby(ROW_KEYS, sort=False), [column])[column]
+    return pd.DataFrame({"mean": mean, "std": grouped.std(ddof=1)}).reset_index()
 
 
 def draw_figure(spec: dict[str, Any], runs: pd.DataFrame, path: Path, title: str) -> bool:

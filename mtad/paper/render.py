@@ -1,7 +1,8 @@
 """Recipes rendered: tables (Markdown, LaTeX booktabs, CSV), figures (PNG + PDF), claims.
 
 Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
-baseline run by the one comparison rule, :mod:`mtad.runs.comparison`), shown as
+baseline run by the one comparison rule, :mod:`mtad.runs.comparison`, and averaged on the log
+scale, :func:`mtad.runs.intervals.seed_mean`), shown as
 ``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
 ``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), and
 each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
@@ -34,6 +35,7 @@ from mtad.runs.comparison import (
     add_comparisons,
     comparison_interval,
     paired_runs,
+    seed_means,
 )
 from mtad.runs.frame import run_record
 from mtad.runs.intervals import (
@@ -42,6 +44,7 @@ from mtad.runs.intervals import (
     SEED_METHOD,
     UNRESOLVED,
     Interval,
+    seed_mean,
     verdict,
 )
 
@@ -64,7 +67,9 @@ CLAIMS_CAPTION = (
 INTERVAL_CAPTION = (
     f"Ratio and change cells: mean [95% interval] (prompts x seeds); the interval is a "
     f"{BOOTSTRAP_METHOD.removeprefix('95% ')}; energy ratios (measured per run, not per prompt): "
-    f"{SEED_METHOD}. [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one seed)."
+    f"{SEED_METHOD}. Ratios (x) are averaged over seeds and bounded on the log scale "
+    f"(geometric mean; bounds > 0). [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one "
+    f"seed)."
 )
 
 
@@ -188,7 +193,11 @@ def aggregate(
         for column in columns:
             vals = _values(group, column)
             if vals:
-                mean = sum(vals) / len(vals)
+                mean = (
+                    seed_mean(vals, BY_COLUMN[column].kind)
+                    if column in BY_COLUMN
+                    else sum(vals) / len(vals)
+                )
                 std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
                 interval = None
                 if column in BY_COLUMN:
@@ -439,7 +448,7 @@ def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
     numeric = runs[ROW_KEYS + present].copy()
     for c in present:
         numeric[c] = pd.to_numeric(numeric[c], errors="coerce")
-    return numeric.groupby(ROW_KEYS, sort=False).mean().reset_index()
+    return seed_means(numeric.groupby(ROW_KEYS, sort=False), present).reset_index()
 
 
 __all__ = [
