@@ -428,12 +428,45 @@ def render_recipe(
     for spec in recipe.figures:
         name = f"{recipe.name}_{spec['name']}"
         path = out_dir / "figures" / name
-        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
+        points = frontier_points(spec, runs, baselines) if spec["kind"] == "frontier" else None
+        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title)), points):
+            if points is not None:  # the numbers drawn, beside the figure
+                points.to_csv(path.with_suffix(".csv"), index=False)
             rendered.figures[name] = path.with_suffix(".png")
             sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
         else:
             sections += [f"*{name}: no completed runs to draw.*", ""]
     return sections
+
+
+def frontier_points(
+    spec: dict[str, Any], runs: pd.DataFrame, baselines: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The points of a ``frontier`` figure: one row per (pair, task, method label) with a done
+    run, its ``method_name``, and for ``spec['x']`` and each of ``spec['y']`` (comparison
+    columns) the estimate and its interval as the tables compute them (:func:`aggregate`:
+    :func:`group_interval`, the paired bootstrap of :mod:`mtad.runs.intervals`), as
+    ``<column>``, ``<column>_lo``, ``<column>_hi``, with ``<column>_prompts`` and ``seeds``."""
+    columns = [str(spec["x"]), *map(str, spec["y"])]
+    if bad := [c for c in columns if c not in BY_COLUMN]:
+        raise ValueError(f"a frontier's axes are comparison columns, not {bad[0]!r}")
+    _, numeric = aggregate(runs, columns, baselines)
+    # the method behind each label (a frame without labels: the label is the method)
+    name_column = "method_name" if "method_name" in runs.columns else "method"
+    names = dict(zip(runs["method"], runs[name_column], strict=True))
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rec in numeric.to_dict("records"):
+        key = tuple(rec[k] for k in ROW_KEYS)
+        row = rows.setdefault(
+            key, {**dict(zip(ROW_KEYS, key, strict=True)), "method_name": names[key[-1]]}
+        )
+        column = rec["metric"]
+        row[column], row[f"{column}_lo"], row[f"{column}_hi"] = rec["mean"], rec["lo"], rec["hi"]
+        row[f"{column}_prompts"], row["seeds"] = rec["n_prompts"], rec["n"]
+    order = ["method_name"]
+    for c in columns:
+        order += [c, f"{c}_lo", f"{c}_hi", f"{c}_prompts"]
+    return pd.DataFrame(list(rows.values()), columns=[*ROW_KEYS, *order, "seeds"])
 
 
 def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -454,6 +487,7 @@ def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
 __all__ = [
     "aggregate",
     "claims_table",
+    "frontier_points",
     "group_interval",
     "plan_baselines",
     "recipe_runs",
