@@ -265,3 +265,33 @@ def test_a_score_claim_over_a_baseline_that_scores_zero_says_why(fake_study: pd.
     plain = claims_table(load_recipe("claims"), fake_study)
     row = plain[plain["claim"] == by_metric["score_change_vs_ar"]].iloc[0]
     assert row["ours"].startswith("no comparable runs")
+
+
+def test_frontier_points_are_the_tables_comparisons(
+    fake_study: pd.DataFrame, tmp_path: Path
+) -> None:
+    """A frontier figure's points and error bars (mtad.paper.render.frontier_points) are the
+    comparisons the tables show, with the same intervals (group_interval), and it draws."""
+    from mtad.paper.figures import draw_figure
+    from mtad.paper.render import frontier_points, group_interval
+
+    spec = {
+        "kind": "frontier",
+        "name": "f",
+        "x": "speedup_vs_sps",
+        "y": ["ppl_change_vs_ar"],
+        "points": ["ar", "sps"],
+    }
+    points = frontier_points(spec, fake_study).set_index("method")
+    assert set(points.index) == {"ar", "sps", "mtad"}
+    mtad = fake_study[fake_study["method"] == "mtad"]
+    for column in ("speedup_vs_sps", "ppl_change_vs_ar"):
+        iv = group_interval(mtad, column, fake_study)
+        drawn = points.loc["mtad", [column, f"{column}_lo", f"{column}_hi"]].tolist()
+        assert drawn == pytest.approx([iv.mean, iv.lo, iv.hi], rel=1e-12) and iv.has_interval
+    lo, hi = points.loc["mtad", ["speedup_vs_sps_lo", "speedup_vs_sps_hi"]]
+    assert lo < 1 / 1.3 < hi  # mtad is 1.3x slower than sps
+    assert draw_figure(spec, fake_study, tmp_path / "f", "frontier", points.reset_index())
+    assert (tmp_path / "f.png").is_file() and (tmp_path / "f.pdf").is_file()
+    with pytest.raises(ValueError, match="comparison columns, not 'ppl'"):
+        frontier_points({**spec, "y": ["ppl"]}, fake_study)
