@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from mtad.paper.recipes import load_recipe
 from mtad.paper.render import claims_table
@@ -25,11 +26,13 @@ from mtad.runs.intervals import (
     DOES_NOT_HOLD,
     HOLDS,
     MIN_PROMPTS,
+    SEED_METHOD,
     UNRESOLVED,
     PairedValues,
     paired_bootstrap,
     perplexity,
     seed_interval,
+    seed_mean,
     verdict,
 )
 
@@ -89,8 +92,63 @@ def test_too_few_prompts_or_seeds_give_no_interval() -> None:
     assert not seed_interval([1.2]).has_interval
     two = seed_interval([1.0, 3.0])
     assert two.mean == 2.0 and two.lo < 1.0 and two.hi > 3.0  # t(1 df): wide
+    two = seed_interval([1.0, 4.0], kind="factor")
+    assert two.mean == pytest.approx(2.0) and 0 < two.lo < 1.0 and two.hi > 4.0
+    assert not seed_interval([1.2, -0.5], kind="factor").has_interval  # no ratio of positives
     with pytest.raises(ValueError, match="direction"):
         verdict(0.0, 1.0, "sideways", 0.0)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------------------------
+# ratios on the log scale
+
+
+def test_a_ratio_interval_is_the_t_interval_of_the_logs_and_stays_positive() -> None:
+    """Three per-seed energy ratios shaped like the CPU reference's (mean 1.38x): on the
+    ratio's own scale the Student-t interval is ``[-0.10x, 2.87x]``; on the log scale it is
+    ``exp`` of the t-interval of the logs, around the geometric mean, and positive."""
+    ratios = [0.55, 1.1, 2.5]
+    change = seed_interval(ratios)  # the same numbers as a change: its own scale
+    assert change.lo < 0, change  # what a ratio's interval must never show
+    iv = seed_interval(ratios, kind="factor")
+    logs = np.log(ratios)
+    lo, hi = stats.t.interval(0.95, len(ratios) - 1, loc=logs.mean(), scale=stats.sem(logs))
+    assert (iv.lo, iv.hi) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-12)
+    assert iv.mean == pytest.approx(math.exp(logs.mean()), rel=1e-12) == seed_mean(ratios, "factor")
+    assert 0 < iv.lo < iv.mean < iv.hi
+    # a factor and its inverse get mirrored intervals: 1/x of each
+    inverse = seed_interval([1 / r for r in ratios], kind="factor")
+    assert (inverse.lo, inverse.mean, inverse.hi) == pytest.approx(
+        (1 / iv.hi, 1 / iv.mean, 1 / iv.lo), rel=1e-9
+    )
+
+
+def test_log_normal_ratios_cover_their_geometric_mean_95_percent_of_the_time() -> None:
+    """Per-seed ratios drawn log-normal (geometric mean 1.3, log-sd 0.6, 3 seeds: wide, as a
+    few energy runs are): over 2000 fixed-seed repetitions the log-scale interval contains the
+    true geometric mean 95% of the time (tolerance 0.015: three binomial standard deviations,
+    sqrt(0.95 * 0.05 / 2000) = 0.0049), and no bound is <= 0."""
+    rng = np.random.default_rng(2024)
+    truth, repetitions = 1.3, 2000
+    draws = rng.lognormal(math.log(truth), 0.6, (repetitions, 3))
+    intervals = [seed_interval(list(row), kind="factor") for row in draws]
+    covered = np.mean([iv.lo < truth < iv.hi for iv in intervals])
+    assert abs(covered - 0.95) < 0.015, covered
+    assert min(iv.lo for iv in intervals) > 0
+    # the ratio's own scale on the same draws: negative bounds (the bug this rule removes)
+    assert min(seed_interval(list(row)).lo for row in draws) < 0
+
+
+def test_the_bootstrap_averages_ratios_over_seeds_on_the_log_scale() -> None:
+    """Two seeds, each a constant ratio over its prompts (2x and 8x): the estimate is their
+    geometric mean (4x), not the arithmetic one (5x), and its interval lies in [2x, 8x]."""
+    ones = np.ones((2, PROMPTS))
+    base = np.vstack([np.full(PROMPTS, 2.0), np.full(PROMPTS, 8.0)])
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(20, 60, (2, PROMPTS)).astype(float)
+    iv = paired_bootstrap(PairedValues(tokens * ones, tokens, tokens * base, tokens), "factor")
+    assert iv.mean == pytest.approx(4.0, rel=1e-12)
+    assert 2.0 <= iv.lo <= 4.0 <= iv.hi <= 8.0 + 1e-9, iv
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,9 +217,15 @@ def test_result_folders_pair_by_prompt_and_seed(fake_study: pd.DataFrame) -> Non
     assert speed.lo < 1 / 1.3 < speed.hi and speed.hi - speed.lo < 0.03, speed
     assert (speed.n_prompts, speed.n_seeds) == (PROMPTS, SEEDS)
     # the estimate is the tables' figure: the per-seed ratio of the runs' ms/token, averaged
-    assert speed.mean == pytest.approx(mtad["speedup_vs_sps"].mean(), rel=1e-9)
+    # over seeds on the log scale (the geometric mean)
+    geometric = math.exp(np.log(mtad["speedup_vs_sps"]).mean())
+    assert speed.mean == pytest.approx(geometric, rel=1e-9)
     energy = comparison_interval(paired_runs(mtad, BY_COLUMN["energy_ratio_vs_sps"], fake_study))
-    assert energy.method.endswith("over seeds") and energy.lo < 1.0 < energy.hi
+    assert energy.method == SEED_METHOD and energy.lo < 1.0 < energy.hi
+    # energy per seed (0.9, 1.1, 1.0): the t-interval of the logs, then back
+    logs = np.log([1 / 0.9, 1 / 1.1, 1 / 1.0])
+    lo, hi = stats.t.interval(0.95, 2, loc=logs.mean(), scale=stats.sem(logs))
+    assert (energy.lo, energy.hi) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-9)
 
 
 def test_claims_verdicts_from_the_renderer_are_counted(fake_study: pd.DataFrame) -> None:
@@ -201,3 +265,33 @@ def test_a_score_claim_over_a_baseline_that_scores_zero_says_why(fake_study: pd.
     plain = claims_table(load_recipe("claims"), fake_study)
     row = plain[plain["claim"] == by_metric["score_change_vs_ar"]].iloc[0]
     assert row["ours"].startswith("no comparable runs")
+
+
+def test_frontier_points_are_the_tables_comparisons(
+    fake_study: pd.DataFrame, tmp_path: Path
+) -> None:
+    """A frontier figure's points and error bars (mtad.paper.render.frontier_points) are the
+    comparisons the tables show, with the same intervals (group_interval), and it draws."""
+    from mtad.paper.figures import draw_figure
+    from mtad.paper.render import frontier_points, group_interval
+
+    spec = {
+        "kind": "frontier",
+        "name": "f",
+        "x": "speedup_vs_sps",
+        "y": ["ppl_change_vs_ar"],
+        "points": ["ar", "sps"],
+    }
+    points = frontier_points(spec, fake_study).set_index("method")
+    assert set(points.index) == {"ar", "sps", "mtad"}
+    mtad = fake_study[fake_study["method"] == "mtad"]
+    for column in ("speedup_vs_sps", "ppl_change_vs_ar"):
+        iv = group_interval(mtad, column, fake_study)
+        drawn = points.loc["mtad", [column, f"{column}_lo", f"{column}_hi"]].tolist()
+        assert drawn == pytest.approx([iv.mean, iv.lo, iv.hi], rel=1e-12) and iv.has_interval
+    lo, hi = points.loc["mtad", ["speedup_vs_sps_lo", "speedup_vs_sps_hi"]]
+    assert lo < 1 / 1.3 < hi  # mtad is 1.3x slower than sps
+    assert draw_figure(spec, fake_study, tmp_path / "f", "frontier", points.reset_index())
+    assert (tmp_path / "f.png").is_file() and (tmp_path / "f.pdf").is_file()
+    with pytest.raises(ValueError, match="comparison columns, not 'ppl'"):
+        frontier_points({**spec, "y": ["ppl"]}, fake_study)

@@ -211,7 +211,8 @@ def test_speedup_cell_is_the_ratio_of_the_two_runs(smoke: tuple[Path, float, str
         & (numeric["metric"] == "speedup_vs_ar")
     ]
     assert row["n"].item() == 2
-    assert row["mean"].item() == pytest.approx(sum(ratios) / 2, rel=1e-9)
+    # a ratio is averaged over seeds on the log scale (mtad.runs.intervals): geometric mean
+    assert row["mean"].item() == pytest.approx(math.sqrt(ratios[0] * ratios[1]), rel=1e-9)
     assert row["std"].item() == pytest.approx(pd.Series(ratios).std(ddof=1), rel=1e-9)
 
 
@@ -454,3 +455,84 @@ def test_recipe_keys_are_read_or_refused(tmp_path: Path, extra: dict, message: s
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
     with pytest.raises(RecipeError, match=message):
         load_recipe("r", tmp_path)
+
+
+# --------------------------------------------------------------------------------------------
+# the quality-speed frontier, and ratio intervals in rendered tables
+
+# A factor cell's interval as the renderer writes it: "1.38x [1.02x, 1.87x]" (mtad.paper.render)
+FACTOR_INTERVAL = re.compile(r"\[(-?\d+(?:\.\d+)?)x, (-?\d+(?:\.\d+)?)x\]")
+
+
+def factor_bounds(folder: Path) -> list[tuple[str, float, float]]:
+    """Every factor interval in the Markdown under ``folder``: (file, lo, hi)."""
+    return [
+        (p.name, float(lo), float(hi))
+        for p in sorted(folder.rglob("*.md"))
+        for lo, hi in FACTOR_INTERVAL.findall(p.read_text())
+    ]
+
+
+@pytest.fixture(scope="module")
+def frontier_smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``reproduce.py frontier --profile smoke``: 10 tiny runs, one seed, 6 prompts each (enough
+    for an interval)."""
+    root = tmp_path_factory.mktemp("frontier")
+    out, wall = _reproduce(root, "frontier", "--profile", "smoke", "--no-wandb")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    print(f"reproduce frontier --profile smoke: {wall:.0f} s")
+    return root / "paper_smoke", out.stdout
+
+
+def test_smoke_frontier_draws_the_tables_comparisons(frontier_smoke: tuple[Path, str]) -> None:
+    """The frontier figure renders, and its points and error bars (the CSV beside it, what it
+    drew) are the frontier table's own comparisons: the same estimates and intervals."""
+    study, stdout = frontier_smoke
+    assert "frontier" in stdout and "predicted (budget" in stdout
+    figure = study / "figures" / "frontier_frontier"
+    assert figure.with_suffix(".png").is_file() and figure.with_suffix(".pdf").is_file()
+    points = pd.read_csv(figure.with_suffix(".csv"))
+    table = pd.read_csv(study / "tables" / "frontier.csv")
+    labels = set(points["method"])
+    assert {"ar", "sps", "blockverify", "mtjd", "mmtad", "mtad(tau=0.1)"} <= labels
+    assert {"mtad", "bild"} <= set(points["method_name"])
+    for column in ("speedup_vs_ar", "ppl_change_vs_ar"):
+        rows = table[table["metric"] == column].set_index("method")
+        for _, point in points.iterrows():
+            row = rows.loc[point["method"]]
+            for mine, theirs in ((column, "mean"), (f"{column}_lo", "lo"), (f"{column}_hi", "hi")):
+                assert point[mine] == pytest.approx(row[theirs], rel=1e-12, nan_ok=True)
+        # 6 prompts: every point has an interval on both axes (AR's own: the point 1x / 0%)
+        assert points[f"{column}_lo"].notna().all(), points
+    ar = points[points["method"] == "ar"].iloc[0]
+    assert (ar["speedup_vs_ar"], ar["ppl_change_vs_ar"]) == pytest.approx((1.0, 0.0))
+    bounds = factor_bounds(study)
+    assert bounds and all(lo > 0 and hi > 0 for _, lo, hi in bounds), bounds
+
+
+def test_frontier_fits_the_cpu_profile_budget() -> None:
+    """The cost model's prediction of the frontier recipe from scratch, under the cpu
+    profile, is printed by the plan and within the profile's budget."""
+    from mtad.paper.plan import describe, make_plan
+    from mtad.paper.status import hydra_composer
+
+    with hydra_composer() as compose:
+        plan = make_plan(["frontier"], "cpu", compose)
+    budget = plan.profile.budget_s
+    predicted = plan.recipe_estimate_s("frontier")
+    assert budget is not None and 0 < predicted <= budget, (predicted, budget)
+    line = next(ln for ln in describe(plan).splitlines() if ln.strip().startswith("frontier"))
+    assert f"~{predicted / 60:.1f} min predicted (budget {budget / 60:.0f} min)" in line
+    assert "over the profile's budget" not in line
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the committed CPU reference was rendered before ratio intervals moved to the log "
+    "scale (energy ratio 1.38x [-0.03x, 2.79x]); its run folders are not in the repository, so "
+    "it is re-rendered with the next CPU reference run (this test then passes: drop the mark)",
+)
+def test_the_committed_reference_has_no_non_positive_ratio_bound() -> None:
+    bounds = factor_bounds(REPO / "results" / "reference")
+    assert bounds
+    assert not [b for b in bounds if b[1] <= 0 or b[2] <= 0], bounds

@@ -1,5 +1,7 @@
 """The recipes' figures (matplotlib, PNG + PDF): ablation sweeps with error bars over seeds,
-bars per method, and the stacked draft / verify / other time split. Axes carry units."""
+bars per method, the stacked draft / verify / other time split, and the quality-speed frontier
+(each point a method's two comparisons with their paired 95% intervals, as the tables give
+them: :func:`mtad.paper.render.frontier_points`). Axes carry units."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.ticker import PercentFormatter
+
+from mtad.runs.comparison import CHANGE_COLUMNS, seed_means
 
 matplotlib.use("Agg")  # figures are files; no display
 
@@ -17,6 +22,8 @@ ROW_KEYS = ["pair", "task", "method"]
 LABELS: dict[str, str] = {
     "speedup_vs_ar": "speed-up vs AR (x)",
     "speedup_vs_sps": "speed-up vs SpS (x)",
+    "ppl_change_vs_ar": "PPL change vs AR",
+    "score_change_vs_ar": "score change vs AR",
     "block_efficiency": "tokens per target forward",
     "acceptance_rate": "acceptance rate",
     "ppl": "perplexity (target-scored)",
@@ -35,21 +42,34 @@ LABELS: dict[str, str] = {
 
 
 def _series(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Mean and std over seeds per (pair, task, method) for one metric (done runs only)."""
+    """Mean and std over seeds per (pair, task, method) for one metric (done runs only); a
+    ratio's mean on the log scale (:func:`mtad.runs.comparison.seed_means`)."""
     done = runs[runs["state"] == "done"].copy()
     if done.empty or column not in done.columns:
         return pd.DataFrame(columns=[*ROW_KEYS, "mean", "std"])
     done[column] = pd.to_numeric(done[column], errors="coerce")
     grouped = done.groupby(ROW_KEYS, sort=False)[column]
-    return pd.DataFrame({"mean": grouped.mean(), "std": grouped.std(ddof=1)}).reset_index()
+    mean = seed_means(done.groupby(ROW_KEYS, sort=False), [column])[column]
+    return pd.DataFrame({"mean": mean, "std": grouped.std(ddof=1)}).reset_index()
 
 
-def draw_figure(spec: dict[str, Any], runs: pd.DataFrame, path: Path, title: str) -> bool:
-    """One figure of a recipe as PNG and PDF; False when there is nothing to draw."""
+def draw_figure(
+    spec: dict[str, Any],
+    runs: pd.DataFrame,
+    path: Path,
+    title: str,
+    points: pd.DataFrame | None = None,
+) -> bool:
+    """One figure of a recipe as PNG and PDF; False when there is nothing to draw. A
+    ``frontier`` draws ``points`` (:func:`mtad.paper.render.frontier_points`), nothing else."""
     kind, ys = spec["kind"], list(spec["y"])
     if runs.empty or not (runs["state"] == "done").any():
         return False
-    if kind == "stacked":
+    if kind == "frontier":
+        if points is None or points.empty:
+            return False
+        fig = _frontier(spec, points)
+    elif kind == "stacked":
         groups = list(runs.groupby(["pair", "task"], sort=False))
         fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
         for ax, ((pair, task), group) in zip(axes[0], groups, strict=True):
@@ -81,6 +101,66 @@ def draw_figure(spec: dict[str, Any], runs: pd.DataFrame, path: Path, title: str
     fig.savefig(path.with_suffix(".pdf"))
     plt.close(fig)
     return True
+
+
+def _frontier(spec: dict[str, Any], points: pd.DataFrame) -> Any:
+    """One panel per y column and (pair, task): x against y, each point with both of its
+    intervals as error bars (none where there is no interval). A method with several settings
+    (``mtad`` over tau, ``bild`` over its thresholds) is a line through its points in order of
+    x, each point labelled with its settings; ``spec['points']`` (the reference methods: AR,
+    the exact verifiers, MTJD) are single square markers."""
+    x, ys = str(spec["x"]), [str(y) for y in spec["y"]]
+    reference = [str(m) for m in spec.get("points") or ()]
+    groups = list(points.groupby(["pair", "task"], sort=False))
+    fig, axes = plt.subplots(
+        len(ys), len(groups), figsize=(6.5 * len(groups), 4.8 * len(ys)), squeeze=False
+    )
+    for row, y in enumerate(ys):
+        for ax, ((pair, task), group) in zip(axes[row], groups, strict=True):
+            for name, series in group.groupby("method_name", sort=False):
+                series = series.dropna(subset=[x, y]).sort_values(x)
+                if series.empty:
+                    continue
+                single = name in reference or len(series) == 1
+                bars = ax.errorbar(
+                    series[x],
+                    series[y],
+                    xerr=_errors(series, x),
+                    yerr=_errors(series, y),
+                    marker="s" if name in reference else "o",
+                    ls="none" if single else "-",
+                    capsize=3,
+                    label=str(name),
+                )
+                if not single:  # each setting of the sweep named beside its point
+                    for _, point in series.iterrows():
+                        setting = str(point["method"]).removeprefix(str(name)).strip("()")
+                        ax.annotate(
+                            setting,
+                            (point[x], point[y]),
+                            textcoords="offset points",
+                            xytext=(4, 4),
+                            fontsize=6,
+                            color=bars[0].get_color(),
+                        )
+            ax.axvline(1.0, color="grey", lw=0.8, ls="--")
+            ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+            if y in CHANGE_COLUMNS:
+                ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_title(f"{pair} / {task}")
+            ax.set_xlabel(LABELS.get(x, x))
+            ax.set_ylabel(LABELS.get(y, y))
+            ax.legend(fontsize=7)
+    return fig
+
+
+def _errors(series: pd.DataFrame, column: str) -> list[list[float]]:
+    """Asymmetric error bars ``[mean - lo, hi - mean]`` from a column's interval; 0 where it
+    has none (matplotlib refuses a negative length: a BCa interval may, rarely, leave out the
+    estimate by a rounding error)."""
+    below = (series[column] - series[f"{column}_lo"]).fillna(0.0).clip(lower=0.0)
+    above = (series[f"{column}_hi"] - series[column]).fillna(0.0).clip(lower=0.0)
+    return [below.tolist(), above.tolist()]
 
 
 def _sweep_panel(ax: Any, spec: dict[str, Any], runs: pd.DataFrame, column: str) -> None:

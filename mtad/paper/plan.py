@@ -35,6 +35,12 @@ class Plan:
             seen[s.signature or s.planned.key] = s.state
         return Counter(seen.values())
 
+    def recipe_estimate_s(self, recipe: str) -> float:
+        """The predicted wall time of ``recipe`` from scratch: each of its distinct runnable
+        configurations (done or not; not the not-run ones) at the profile's cost model."""
+        distinct = {s.signature: s for s in self.statuses(recipe) if s.state != "not_run"}
+        return self.estimate_s(list(distinct.values()))
+
     def estimate_s(self, statuses: Sequence[RunStatus] | None = None) -> float:
         pool = self.jobs if statuses is None else statuses
         return sum(
@@ -65,7 +71,8 @@ def make_plan(
 
 
 def describe(plan: Plan, verbose: bool = False) -> str:
-    """Runs per recipe (distinct configurations) with their states, and the cost estimate."""
+    """Runs per recipe (distinct configurations) with their states and the recipe's predicted
+    wall time from scratch against the profile's budget, and the cost of what is left."""
     lines = [
         f"profile {plan.profile.name!r} -> results/{plan.profile.study}/ "
         f"(pairs: {', '.join(plan.pairs)})"
@@ -78,7 +85,15 @@ def describe(plan: Plan, verbose: bool = False) -> str:
             for k in ("done", "missing", "failed", "not_run")
             if c[k]
         )
-        lines.append(f"  {recipe.name:<15} {total:>4} runs ({parts})")
+        predicted = plan.recipe_estimate_s(recipe.name)
+        budget = plan.profile.budget_s
+        fits = "" if budget is None else f" (budget {budget / 60:.0f} min)"
+        if budget is not None and predicted > budget:
+            fits += ": over the profile's budget"
+        lines.append(
+            f"  {recipe.name:<15} {total:>4} runs ({parts}); ~{predicted / 60:.1f} min "
+            f"predicted{fits}"
+        )
         if verbose:
             for s in {id(s): s for s in plan.statuses(recipe.name)}.values():
                 where = s.signature or (s.reason or "")

@@ -58,6 +58,9 @@ class Profile:
     unavailable: dict[str, Unavailable]
     overhead_s: float
     s_per_token: dict[str, float]
+    # The wall time one recipe of this profile should take, predicted from scratch by the cost
+    # model (None: no budget); describe() prints each recipe's prediction beside it.
+    budget_s: float | None = None
 
     def seconds_per_token(self, method: str) -> float:
         return float(self.s_per_token.get(method, self.s_per_token.get("default", 0.1)))
@@ -125,6 +128,7 @@ def load_profile(name: str, root: Path = EXPERIMENTS) -> Profile:
             unavailable=unavailable,
             overhead_s=float(cost.get("overhead_s", 0.0)),
             s_per_token={str(k): float(v) for k, v in (cost.get("s_per_token") or {}).items()},
+            budget_s=float(cost["budget_s"]) if cost.get("budget_s") is not None else None,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise RecipeError(f"profile {name!r}: bad or missing field ({err})") from err

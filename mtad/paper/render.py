@@ -1,7 +1,8 @@
 """Recipes rendered: tables (Markdown, LaTeX booktabs, CSV), figures (PNG + PDF), claims.
 
 Every number is the mean over seeds of per-run values (ratios taken per seed against that seed's
-baseline run by the one comparison rule, :mod:`mtad.runs.comparison`), shown as
+baseline run by the one comparison rule, :mod:`mtad.runs.comparison`, and averaged on the log
+scale, :func:`mtad.runs.intervals.seed_mean`), shown as
 ``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
 ``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), and
 each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
@@ -34,6 +35,7 @@ from mtad.runs.comparison import (
     add_comparisons,
     comparison_interval,
     paired_runs,
+    seed_means,
 )
 from mtad.runs.frame import run_record
 from mtad.runs.intervals import (
@@ -42,6 +44,7 @@ from mtad.runs.intervals import (
     SEED_METHOD,
     UNRESOLVED,
     Interval,
+    seed_mean,
     verdict,
 )
 
@@ -64,7 +67,9 @@ CLAIMS_CAPTION = (
 INTERVAL_CAPTION = (
     f"Ratio and change cells: mean [95% interval] (prompts x seeds); the interval is a "
     f"{BOOTSTRAP_METHOD.removeprefix('95% ')}; energy ratios (measured per run, not per prompt): "
-    f"{SEED_METHOD}. [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one seed)."
+    f"{SEED_METHOD}. Ratios (x) are averaged over seeds and bounded on the log scale "
+    f"(geometric mean; bounds > 0). [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one "
+    f"seed)."
 )
 
 
@@ -188,7 +193,11 @@ def aggregate(
         for column in columns:
             vals = _values(group, column)
             if vals:
-                mean = sum(vals) / len(vals)
+                mean = (
+                    seed_mean(vals, BY_COLUMN[column].kind)
+                    if column in BY_COLUMN
+                    else sum(vals) / len(vals)
+                )
                 std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
                 interval = None
                 if column in BY_COLUMN:
@@ -419,12 +428,45 @@ def render_recipe(
     for spec in recipe.figures:
         name = f"{recipe.name}_{spec['name']}"
         path = out_dir / "figures" / name
-        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title))):
+        points = frontier_points(spec, runs, baselines) if spec["kind"] == "frontier" else None
+        if draw_figure(spec, runs, path, str(spec.get("title", recipe.title)), points):
+            if points is not None:  # the numbers drawn, beside the figure
+                points.to_csv(path.with_suffix(".csv"), index=False)
             rendered.figures[name] = path.with_suffix(".png")
             sections += [f"![{spec.get('title', name)}](figures/{name}.png)", ""]
         else:
             sections += [f"*{name}: no completed runs to draw.*", ""]
     return sections
+
+
+def frontier_points(
+    spec: dict[str, Any], runs: pd.DataFrame, baselines: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """The points of a ``frontier`` figure: one row per (pair, task, method label) with a done
+    run, its ``method_name``, and for ``spec['x']`` and each of ``spec['y']`` (comparison
+    columns) the estimate and its interval as the tables compute them (:func:`aggregate`:
+    :func:`group_interval`, the paired bootstrap of :mod:`mtad.runs.intervals`), as
+    ``<column>``, ``<column>_lo``, ``<column>_hi``, with ``<column>_prompts`` and ``seeds``."""
+    columns = [str(spec["x"]), *map(str, spec["y"])]
+    if bad := [c for c in columns if c not in BY_COLUMN]:
+        raise ValueError(f"a frontier's axes are comparison columns, not {bad[0]!r}")
+    _, numeric = aggregate(runs, columns, baselines)
+    # the method behind each label (a frame without labels: the label is the method)
+    name_column = "method_name" if "method_name" in runs.columns else "method"
+    names = dict(zip(runs["method"], runs[name_column], strict=True))
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rec in numeric.to_dict("records"):
+        key = tuple(rec[k] for k in ROW_KEYS)
+        row = rows.setdefault(
+            key, {**dict(zip(ROW_KEYS, key, strict=True)), "method_name": names[key[-1]]}
+        )
+        column = rec["metric"]
+        row[column], row[f"{column}_lo"], row[f"{column}_hi"] = rec["mean"], rec["lo"], rec["hi"]
+        row[f"{column}_prompts"], row["seeds"] = rec["n_prompts"], rec["n"]
+    order = ["method_name"]
+    for c in columns:
+        order += [c, f"{c}_lo", f"{c}_hi", f"{c}_prompts"]
+    return pd.DataFrame(list(rows.values()), columns=[*ROW_KEYS, *order, "seeds"])
 
 
 def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -439,12 +481,13 @@ def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
     numeric = runs[ROW_KEYS + present].copy()
     for c in present:
         numeric[c] = pd.to_numeric(numeric[c], errors="coerce")
-    return numeric.groupby(ROW_KEYS, sort=False).mean().reset_index()
+    return seed_means(numeric.groupby(ROW_KEYS, sort=False), present).reset_index()
 
 
 __all__ = [
     "aggregate",
     "claims_table",
+    "frontier_points",
     "group_interval",
     "plan_baselines",
     "recipe_runs",

@@ -14,7 +14,8 @@ labelled with the bare baseline method name: in a paper plan, the baseline plann
 defaults; in a study read from disk, the baseline method when its parameters do not vary in the
 study (``sps`` swept over gamma has no run called ``sps``, so nothing is compared with an
 arbitrary one of them). Several baseline runs under one key are averaged. A ratio is taken per
-run (so per seed) and averaged over seeds by the tables. This is the spec's "same pair, task,
+run (so per seed) and averaged over seeds by the tables (:func:`seed_means`: a factor on the log
+scale, :func:`mtad.runs.intervals.seed_mean`). This is the spec's "same pair, task,
 hardware and seed set, measured in the same sweep".
 
 **Pairing.** :func:`paired_runs` yields, for one comparison, each run with its baseline run
@@ -29,21 +30,24 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from pandas.api.typing import DataFrameGroupBy
 
 from mtad.runs.folder import per_prompt
 from mtad.runs.identity import identity_of
 from mtad.runs.intervals import (
     BOOTSTRAP_METHOD,
     Interval,
+    Kind,
     PairedValues,
     identity,
     paired_bootstrap,
     perplexity,
     seed_interval,
+    seed_mean,
 )
 
 
@@ -52,14 +56,15 @@ class Comparison:
     """One cross-run figure: ``column`` compares ``metric`` of a run with the baseline's.
 
     ``factor``: ``baseline / run``, for metrics where lower is better (ms/token, J/token), so
-    > 1 means the run is faster or uses less energy. ``change``: ``run / baseline - 1``, the
+    > 1 means the run is faster or uses less energy; averaged over seeds and given its interval
+    on the log scale (:mod:`mtad.runs.intervals`). ``change``: ``run / baseline - 1``, the
     relative change (PPL, downstream score); undefined (NaN) at a zero baseline.
     """
 
     column: str
     metric: str
     baseline: str
-    kind: Literal["factor", "change"]
+    kind: Kind
 
     def of(self, run: Any, base: Any) -> float:
         r, b = number(run), number(base)
@@ -272,7 +277,20 @@ def comparison_interval(pairs: Iterable[PairedRuns]) -> Interval:
     metric = comparison.metric
     per_seed = [comparison.of(p.run.get(metric), p.baseline.get(metric)) for p in pairs]
     prompts = {int(n) for p in pairs if (n := number(p.run.get("n_samples"))) is not None}
-    return seed_interval(per_seed, min(prompts) if prompts else 0)
+    return seed_interval(per_seed, min(prompts) if prompts else 0, comparison.kind)
+
+
+def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFrame:
+    """The mean over each group's rows (its seeds) of ``columns``: a comparison column by its
+    kind (:func:`mtad.runs.intervals.seed_mean`: a factor's geometric mean), any other column
+    arithmetic (NaN left out)."""
+    columns = list(columns)
+    out = grouped[columns].mean()
+    for column in columns:
+        if column in BY_COLUMN:
+            kind = BY_COLUMN[column].kind
+            out[column] = grouped[column].agg(lambda s, kind=kind: seed_mean(s, kind))
+    return out
 
 
 __all__ = [
@@ -288,4 +306,5 @@ __all__ = [
     "number",
     "paired_runs",
     "paired_samples",
+    "seed_means",
 ]

@@ -5,7 +5,16 @@ statistic of both runs' per-prompt values: each run's metric is ``g(sum(num) / s
 over its prompts (ms/token: wall time over new tokens; PPL: ``exp(-mean log-prob)``; score: the
 mean per-prompt score), the comparison is ``baseline / run`` (a factor) or ``run / baseline - 1``
 (a change), taken per seed (each seed's run against that seed's baseline) and averaged over
-seeds, which is the figure the tables show.
+seeds (:func:`seed_mean`), which is the figure the tables show.
+
+**Ratios live on the log scale.** A factor is averaged over seeds, and gets its interval, on the
+log scale, then back (``exp``): its estimate is the geometric mean of the per-seed factors, and
+a bound is never <= 0 (a Student-t interval on a ratio's own scale can give ``1.38x [-0.03x,
+2.79x]`` from three seeds). A factor and its inverse then get mirrored figures (``1/x`` of each),
+which an arithmetic mean of ratios does not give (Fleming and Wallace 1986, "How not to lie with
+statistics: the correct way to summarize benchmark results", CACM 29(3)). A change
+(``run / baseline - 1``, bounded below by -100%) stays on its own scale: its mean is the mean
+relative change the claims quote.
 
 The 95% interval is a **paired bootstrap over prompts, stratified by seed**: a resample draws
 prompts with replacement and uses the same draw for the run and the baseline (paired: the same
@@ -17,7 +26,8 @@ confidence intervals", JASA 82; the percentile interval where BCa is degenerate)
 RNG seed, so a re-render gives the same interval.
 
 Figures measured per run only (energy: codecarbon measures a whole run) get a Student-t
-interval over the per-seed ratios instead (:func:`seed_interval`).
+interval over the per-seed comparisons instead (:func:`seed_interval`; a factor's over the logs of
+its per-seed values, then back).
 
 A claim's verdict (:func:`verdict`): ``holds`` when the interval lies entirely on the claimed
 side of "no change", ``does not hold`` when it lies entirely on the other side, ``unresolved``
@@ -28,7 +38,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,8 +64,10 @@ BOOTSTRAP_METHOD = (
     f"{100 * CONFIDENCE:.0f}% paired bootstrap over prompts, stratified by seed "
     f"(scipy.stats.bootstrap BCa, {N_RESAMPLES} resamples, RNG seed {RNG_SEED})"
 )
-SEED_METHOD = f"{100 * CONFIDENCE:.0f}% Student-t over seeds"
+SEED_METHOD = f"{100 * CONFIDENCE:.0f}% Student-t over seeds (a ratio's on its log scale)"
 
+# factor: ``baseline / run``, a ratio (averaged and given its interval on the log scale);
+# change: ``run / baseline - 1`` (on its own scale)
 Kind = Literal["factor", "change"]
 Direction = Literal["above", "below"]
 
@@ -125,6 +137,23 @@ def identity(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _seed_average(per_seed: np.ndarray, kind: Kind) -> np.ndarray:
+    """The mean over the last axis (seeds) on the comparison's scale (module docstring): a
+    factor's geometric mean (NaN where a factor is <= 0: no ratio of two positive figures)."""
+    if kind == "factor":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logs = np.where(per_seed > 0, np.log(np.where(per_seed > 0, per_seed, 1.0)), np.nan)
+        return np.exp(logs.mean(axis=-1))
+    return per_seed.mean(axis=-1)
+
+
+def seed_mean(per_seed: Iterable[float], kind: Kind) -> float:
+    """The mean over seeds of per-seed comparisons, non-finite values left out: a factor's on
+    the log scale (the geometric mean), a change's on its own; NaN without a value."""
+    xs = np.asarray([x for x in map(float, per_seed) if math.isfinite(x)], dtype=float)
+    return float(_seed_average(xs, kind)) if xs.size else math.nan
+
+
 def perplexity(mean_logprob: np.ndarray) -> np.ndarray:
     """``exp(-mean log-prob)``: the authors' perplexity (mtad.tasks.quality)."""
     return np.exp(-mean_logprob)
@@ -140,7 +169,8 @@ def paired_bootstrap(
 ) -> Interval:
     """The comparison of :class:`PairedValues` with its bootstrap interval (module docstring).
 
-    The estimate is the mean over seeds of the per-seed comparison; with fewer than
+    The estimate is the mean over seeds of the per-seed comparison (:func:`seed_mean`: a
+    factor's geometric mean); with fewer than
     :data:`MIN_PROMPTS` prompts, or a comparison undefined for some resample (a zero
     baseline), the interval is NaN.
     """
@@ -152,7 +182,7 @@ def paired_bootstrap(
         per = [np.stack(samples[i * seeds : (i + 1) * seeds], axis=-2) for i in range(4)]
         run = _metric(per[0], per[1], transform)
         base = _metric(per[2], per[3], transform)
-        return _compare(run, base, kind).mean(axis=-1)
+        return _seed_average(_compare(run, base, kind), kind)
 
     mean = float(statistic(*(row for a in arrays for row in a)))
     nan = Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
@@ -183,19 +213,29 @@ def paired_bootstrap(
     return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
 
 
-def seed_interval(per_seed: list[float], n_prompts: int = 0) -> Interval:
-    """Mean of per-seed figures with a Student-t interval (NaN below two seeds)."""
+def seed_interval(per_seed: list[float], n_prompts: int = 0, kind: Kind = "change") -> Interval:
+    """Mean of per-seed figures (:func:`seed_mean`) with a Student-t interval (NaN below two
+    seeds). A factor's interval is the t-interval of the logs of its per-seed values, then
+    ``exp``: its bounds are positive, around the geometric mean (module docstring); a factor
+    <= 0 is no ratio of two positive figures, and gives no estimate."""
     xs = np.asarray([x for x in per_seed if math.isfinite(x)], dtype=float)
+    if kind == "factor" and np.any(xs <= 0):
+        return Interval(math.nan, math.nan, math.nan, n_prompts, int(xs.size), SEED_METHOD)
     if xs.size == 0:
         return Interval(math.nan, math.nan, math.nan, n_prompts, 0, SEED_METHOD)
-    mean = float(xs.mean())
+    mean = seed_mean(xs, kind)
     if xs.size < 2:
         return Interval(mean, math.nan, math.nan, n_prompts, 1, SEED_METHOD)
     from scipy import stats
 
-    sem = float(xs.std(ddof=1)) / math.sqrt(xs.size)
+    scaled = np.log(xs) if kind == "factor" else xs
+    center = float(scaled.mean())
+    sem = float(scaled.std(ddof=1)) / math.sqrt(xs.size)
     half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df=xs.size - 1)) * sem
-    return Interval(mean, mean - half, mean + half, n_prompts, int(xs.size), SEED_METHOD)
+    lo, hi = center - half, center + half
+    if kind == "factor":
+        lo, hi = math.exp(lo), math.exp(hi)
+    return Interval(mean, lo, hi, n_prompts, int(xs.size), SEED_METHOD)
 
 
 def verdict(lo: float, hi: float, direction: Direction, threshold: float) -> str:
@@ -227,5 +267,6 @@ __all__ = [
     "paired_bootstrap",
     "perplexity",
     "seed_interval",
+    "seed_mean",
     "verdict",
 ]

@@ -2,7 +2,8 @@
 pandas group-by over the runs of :func:`mtad.runs.frame.load_study` with the comparison
 columns of :mod:`mtad.runs.comparison`.
 
-Rows are (pair, task, method label), values averaged over seeds. A study that holds runs of
+Rows are (pair, task, method label), values averaged over seeds (a ratio on the log scale:
+:func:`mtad.runs.comparison.seed_means`). A study that holds runs of
 more than one machine (re-run on another CPU) gets one row per machine as well: its runs are
 compared within their machine, and averaging them across machines would mix timings.
 """
@@ -19,6 +20,7 @@ from mtad.runs.comparison import (
     add_comparisons,
     comparison_interval,
     paired_runs,
+    seed_means,
 )
 
 TABLE_ROWS = ["pair", "task", "label"]
@@ -100,7 +102,7 @@ def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
         numeric = [c for c in present if pd.api.types.is_numeric_dtype(runs[c])]
         text = [c for c in present if c not in numeric]
         grouped = runs.groupby(keys, dropna=False)
-        table = grouped[numeric].mean()
+        table = seed_means(grouped, numeric)
         for c in text:
             table[c] = grouped[c].agg(lambda s: ",".join(sorted(set(map(str, s.dropna())))))
         table["seeds"] = grouped["seed"].nunique()
