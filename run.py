@@ -2,6 +2,7 @@
 """Hydra entry point of the MTAD harness: one run, or a sweep with ``-m``.
 
     python run.py                                  # pair=smollm2 method=mtad task=prompts
+    python run.py +experiment=compare              # AR, SpS, MTAD: one table, a verdict per claim
     python run.py +experiment=llama70b --cfg job   # print a preset's full config
     python run.py -m +experiment=smoke method.gamma=2,3 method.tau=0.3,0.6
 

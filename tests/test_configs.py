@@ -64,6 +64,8 @@ def test_every_experiment_composes_and_validates(name: str) -> None:
     assert spec.method_name == "mtad"
     if name == "smoke":
         assert spec.target.loader == "tiny" and spec.cfg.runtime.device == "cpu"
+    elif name == "compare":  # the default pair, offline on the CPU
+        assert spec.target.loader == "smollm2_gguf" and spec.cfg.runtime.device == "cpu"
     else:
         assert spec.target.loader == "hub" and spec.cfg.runtime.device == "cuda"
 

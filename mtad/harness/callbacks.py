@@ -17,6 +17,8 @@ result folder, status) in its Hydra output folder; they are gathered from the sw
 the table covers exactly this sweep's runs, whatever launcher ran them, including the ones
 skipped as complete, the ones another live process had claimed and the failures, which are
 listed; when any job failed, the command exits with status 1 after the table.
+:class:`CompareSummary` (``conf/experiment/compare.yaml``) prints instead one comparison table
+of the sweep's methods and the verdicts of the preset's claims.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from omegaconf import DictConfig, open_dict
 from mtad.harness.cli import composition_error, parse_overrides, report_config_error
 from mtad.harness.config import ConfigError
 from mtad.harness.prepare import prepare
-from mtad.harness.summary import print_runs
+from mtad.harness.summary import print_compare, print_runs
+from mtad.runs.claims import Claim
 from mtad.runs.folder import METRICS_FILE, write_json
 from mtad.runs.frame import load_runs
 
@@ -102,6 +105,9 @@ class ValidateSweep(Callback):
 
 
 class SweepSummary(Callback):
+    def print_table(self, runs: Any, title: str) -> None:
+        print_runs(runs, title)
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         pointers = read_pointers(config.hydra.sweep.dir)
         done = [p for p in pointers if p.get("status") in ("done", "skipped")]
@@ -115,7 +121,7 @@ class SweepSummary(Callback):
             f" -> {', '.join(studies) or 'no results'}"
         )
         try:
-            print_runs(runs, title)
+            self.print_table(runs, title)
         except Exception as err:  # noqa: BLE001 - the table must not hide the failures below
             print(f"{title}\n(summary table unavailable: {type(err).__name__}: {err})")
         for p in pointers:
@@ -147,3 +153,16 @@ class SweepSummary(Callback):
                 file=sys.stderr,
             )
             sys.exit(EXIT_JOBS_FAILED)
+
+
+class CompareSummary(SweepSummary):
+    """:class:`SweepSummary` whose table is the comparison of the sweep's methods with the
+    verdicts of ``claims`` (mappings with the keys of :class:`mtad.runs.claims.Claim`), as
+    ``python run.py +experiment=compare`` prints it (:func:`mtad.harness.summary.print_compare`)."""
+
+    def __init__(self, claims: Any = ()) -> None:
+        # a bad claim fails here, when Hydra builds the callbacks: before any job runs
+        self.claims = [Claim.of(dict(c)) for c in claims]
+
+    def print_table(self, runs: Any, title: str) -> None:
+        print_compare(runs, self.claims, title)

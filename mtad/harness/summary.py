@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from mtad.runs.tables import summary_frame
+from mtad.runs.claims import NOT_APPLICABLE, VERDICT_RULE, Claim
+from mtad.runs.intervals import BOOTSTRAP_METHOD, MIN_PROMPTS
+from mtad.runs.tables import compare_summary, summary_frame
 
 # Piped output (logs, CI) would otherwise wrap at 80 columns.
 PIPE_WIDTH = 180
@@ -49,6 +52,28 @@ def print_runs(runs: pd.DataFrame, title: str, out: Console | None = None) -> No
         (out or console()).print(f"{title}: no completed runs")
         return
     render(frame, title, out)
+
+
+def print_compare(
+    runs: pd.DataFrame, claims: Sequence[Claim], title: str, out: Console | None = None
+) -> None:
+    """The table of a comparison sweep (``python run.py +experiment=compare``): what ran where,
+    one row per method, one sentence per claim, and what the intervals and verdicts mean
+    (:func:`mtad.runs.tables.compare_summary`: the paper's comparison and verdict rule)."""
+    out = out or console()
+    summary = compare_summary(runs, claims)
+    if summary.table.empty:
+        out.print(f"{title}: no completed runs")
+    else:
+        render(summary.table, "\n".join([title, *summary.setting]), out)
+    out.print()
+    for sentence in summary.verdicts:
+        out.print(f"- {sentence}", highlight=False)
+    intervals = (
+        f"Intervals: {BOOTSTRAP_METHOD}; [{NOT_APPLICABLE}]: none (fewer than {MIN_PROMPTS} "
+        "prompts)."
+    )
+    out.print(f"{VERDICT_RULE} {intervals}", style="dim", highlight=False)
 
 
 def print_run(metrics: dict[str, Any], title: str, out: Console | None = None) -> None:

@@ -26,29 +26,29 @@ from mtad.paper.plan import Plan
 from mtad.paper.recipes import Recipe
 from mtad.paper.rendered import Rendered
 from mtad.paper.status import RunStatus
+from mtad.runs.claims import (
+    INTERVAL_RULE,
+    NOT_APPLICABLE,
+    VERDICT_RULE,
+    Claim,
+    decide,
+)
+from mtad.runs.claims import figure_text as _fmt
+from mtad.runs.claims import interval_text as _interval_text
+from mtad.runs.claims import method_interval as group_interval
 from mtad.runs.comparison import (
     BY_COLUMN,
-    CHANGE_COLUMNS,
     COMPARISON_COLUMNS,
     COMPARISONS,
-    FACTOR_COLUMNS,
     add_comparisons,
-    comparison_interval,
-    paired_runs,
     seed_means,
 )
 from mtad.runs.frame import run_record
 from mtad.runs.intervals import (
-    BOOTSTRAP_METHOD,
-    MIN_PROMPTS,
-    SEED_METHOD,
     UNRESOLVED,
-    Interval,
     seed_mean,
-    verdict,
 )
 
-NOT_APPLICABLE = "—"
 ENERGY_COLUMNS = (
     "j_per_token",
     "gpu_j_per_token",
@@ -58,19 +58,8 @@ ENERGY_COLUMNS = (
     "energy.gpu_mode",
     "energy.ram_mode",
 )
-CLAIMS_CAPTION = (
-    "Verdict: holds (the interval lies entirely on the claimed side of no change), "
-    "does not hold (entirely on the other side) or unresolved (it contains no change, "
-    "or there is no interval)."
-)
-# What every table with ratio or change cells says about them.
-INTERVAL_CAPTION = (
-    f"Ratio and change cells: mean [95% interval] (prompts x seeds); the interval is a "
-    f"{BOOTSTRAP_METHOD.removeprefix('95% ')}; energy ratios (measured per run, not per prompt): "
-    f"{SEED_METHOD}. Ratios (x) are averaged over seeds and bounded on the log scale "
-    f"(geometric mean; bounds > 0). [—]: no interval (fewer than {MIN_PROMPTS} prompts, or one "
-    f"seed)."
-)
+CLAIMS_CAPTION = VERDICT_RULE
+INTERVAL_CAPTION = INTERVAL_RULE  # what every table with ratio or change cells says of them
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,38 +131,6 @@ def _text_values(group: pd.DataFrame, column: str) -> list[str]:
         return []
     done = group[group["state"] == "done"]
     return sorted({str(v) for v in done[column].dropna() if str(v) not in ("", "nan")})
-
-
-def _fmt(x: float, column: str) -> str:
-    if column in CHANGE_COLUMNS:
-        return f"{100 * x:+.1f}%"
-    if column in FACTOR_COLUMNS:
-        return f"{x:.2f}x"
-    # Fixed decimals by magnitude, so a mean and its std line up ("1.000 ± 0.064").
-    for limit, decimals in ((10, 3), (100, 2), (1000, 1)):
-        if abs(x) < limit:
-            return f"{x:.{decimals}f}"
-    return f"{x:.0f}"
-
-
-def group_interval(
-    group: pd.DataFrame, column: str, baselines: pd.DataFrame | None = None
-) -> Interval:
-    """The interval of comparison ``column`` over the done runs of ``group`` (one method on one
-    pair and task), each paired with its baseline run in ``baselines`` (default ``group``)."""
-    done = group[group["state"] == "done"] if "state" in group else group
-    base = group if baselines is None or baselines.empty else baselines
-    return comparison_interval(paired_runs(done, BY_COLUMN[column], base))
-
-
-def _interval_text(interval: Interval, column: str, mean: float) -> str:
-    """``mean [lo, hi] (prompts x seeds)``; ``[—]`` without an interval."""
-    bounds = (
-        f"[{_fmt(interval.lo, column)}, {_fmt(interval.hi, column)}]"
-        if interval.has_interval
-        else f"[{NOT_APPLICABLE}]"
-    )
-    return f"{_fmt(mean, column)} {bounds} ({interval.n_prompts} x {interval.n_seeds})"
 
 
 def aggregate(
@@ -261,33 +218,32 @@ def claims_table(
     recipe: Recipe, runs: pd.DataFrame, baselines: pd.DataFrame | None = None
 ) -> pd.DataFrame:
     """One row per claim of ``recipe`` and (pair, task) with comparable runs: the paper's
-    figure, our estimate with its 95% interval (:func:`group_interval`) and the verdict of the
-    interval (:func:`mtad.runs.intervals.verdict`: ``holds``, ``does not hold``, ``unresolved``),
+    figure, our estimate with its 95% interval and the verdict of the interval
+    (:func:`mtad.runs.claims.decide`: ``holds``, ``does not hold``, ``unresolved``),
     then the same estimate as numbers (:data:`CLAIM_NUMBERS`). A claim without comparable runs
     gets one ``unresolved`` row that says so."""
     baselines = runs if baselines is None else baselines
     out = []
-    for claim in recipe.claims:
-        metric, method = str(claim["metric"]), str(claim["method"])
-        direction, threshold = str(claim["holds_if"]).split()
+    for raw in recipe.claims:
+        claim = Claim.of(raw)
+        metric = claim.metric
         head = {
-            "claim": claim["claim"],
-            "source": claim.get("source", ""),
-            "paper": str(claim.get("paper", "")),
+            "claim": raw["claim"],
+            "source": raw.get("source", ""),
+            "paper": str(raw.get("paper", "")),
         }
         rows = []
-        sub = runs[runs["method"] == method] if not runs.empty else runs
+        sub = runs[runs["method"] == claim.method] if not runs.empty else runs
         for (pair, task), group in sub.groupby(["pair", "task"], sort=False):
             if not _values(group, metric):
                 continue
-            interval = group_interval(group, metric, baselines)
-            lo, hi = interval.lo, interval.hi
+            interval, decided = decide(claim, group, baselines)  # the one rule (mtad.runs)
             rows.append(
                 {
                     **head,
                     "where": f"{pair}/{task}",
                     "ours": _interval_text(interval, metric, interval.mean),
-                    "verdict": verdict(lo, hi, direction, float(threshold)),  # type: ignore[arg-type]
+                    "verdict": decided,
                     **{k: getattr(interval, k) for k in CLAIM_NUMBERS},
                 }
             )

@@ -6,8 +6,9 @@
   and the paper's keys derive;
 - :mod:`.labels`: the run label of every table;
 - :mod:`.frame`: runs as one pandas frame; :mod:`.comparison`: the one comparison rule and the
-  paired runs; :mod:`.intervals`: their confidence intervals and a claim's verdict;
-  :mod:`.tables`: a study's quick tables and the sweep summary.
+  paired runs; :mod:`.intervals`: their confidence intervals and a verdict's rule;
+  :mod:`.claims`: a claim decided on runs (the paper's claims, the comparison sweep's);
+  :mod:`.tables`: a study's quick tables, the sweep summary and the comparison sweep's table.
 
 Imports only the standard library, numpy, pandas, scipy and PyYAML: never torch, Hydra, the
 harness or the paper (``analysis/`` reads results through this package alone, and

@@ -93,7 +93,7 @@ def hardware_key(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 def hardware_text(key: Mapping[str, Any]) -> str:
     """A short readable form of a :func:`hardware_key` for tables: ``cpu: <model> (amx_bf16,
-    1 thread)``, ``cuda: 2 x NVIDIA H100``."""
+    1 thread)``, ``cpu: <model> (no native bfloat16, 1 thread)``, ``cuda: 2 x NVIDIA H100``."""
     kind = key.get("device_kind")
     if kind == "cuda":
         count = key.get("gpu_count")
@@ -101,6 +101,7 @@ def hardware_text(key: Mapping[str, Any]) -> str:
             f"cuda: {count} x {key.get('gpu_model')}" if count else f"cuda: {key.get('gpu_model')}"
         )
     details = [str(key[k]) for k in ("cpu_bf16",) if key.get(k) is not None]
+    details = ["no native bfloat16" if d == "none" else d for d in details]  # cpu_bf16 none
     if key.get("threads") is not None:
         n = int(key["threads"])
         details.append(f"{n} thread{'s' if n != 1 else ''}")
