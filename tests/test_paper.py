@@ -474,14 +474,11 @@ def factor_bounds(folder: Path) -> list[tuple[str, float, float]]:
 
 
 @pytest.fixture(scope="module")
-def frontier_smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """``reproduce.py frontier --profile smoke``: 10 tiny runs, one seed, 6 prompts each (enough
-    for an interval)."""
-    root = tmp_path_factory.mktemp("frontier")
-    out, wall = _reproduce(root, "frontier", "--profile", "smoke", "--no-wandb")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    print(f"reproduce frontier --profile smoke: {wall:.0f} s")
-    return root / "paper_smoke", out.stdout
+def frontier_smoke(smoke: tuple[Path, float, str]) -> tuple[Path, str]:
+    """The frontier of ``reproduce.py all --profile smoke`` (its 10 tiny runs: one seed, 6
+    prompts each, enough for an interval), from the one smoke run of this module."""
+    study, _, stdout = smoke
+    return study, stdout
 
 
 def test_smoke_frontier_draws_the_tables_comparisons(frontier_smoke: tuple[Path, str]) -> None:
