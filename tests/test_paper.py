@@ -475,8 +475,8 @@ def factor_bounds(folder: Path) -> list[tuple[str, float, float]]:
 
 @pytest.fixture(scope="module")
 def frontier_smoke(smoke: tuple[Path, float, str]) -> tuple[Path, str]:
-    """The frontier of ``reproduce.py all --profile smoke`` (its 10 tiny runs: one seed, 6
-    prompts each, enough for an interval), from the one smoke run of this module."""
+    """The frontier of ``reproduce.py all --profile smoke`` (the profile's 2 prompts and 2
+    seeds; most of its runs are the main recipe's), from the one smoke run of this module."""
     study, _, stdout = smoke
     return study, stdout
 
@@ -495,16 +495,16 @@ def test_smoke_frontier_draws_the_tables_comparisons(frontier_smoke: tuple[Path,
     assert {"mtad", "bild"} <= set(points["method_name"])
     for column in ("speedup_vs_ar", "ppl_change_vs_ar"):
         rows = table[table["metric"] == column].set_index("method")
-        for _, point in points.iterrows():
+        for _, point in points[points["method"] != "ar"].iterrows():  # AR: the baseline
             row = rows.loc[point["method"]]
             for mine, theirs in ((column, "mean"), (f"{column}_lo", "lo"), (f"{column}_hi", "hi")):
                 assert point[mine] == pytest.approx(row[theirs], rel=1e-12, nan_ok=True)
-        # 6 prompts: every point has an interval on both axes (AR's own: the point 1x / 0%)
-        assert points[f"{column}_lo"].notna().all(), points
+    # the smoke profile's 2 prompts give no intervals: error bars drawn from intervals are
+    # tested on known data (tests/test_intervals.py::test_frontier_points_are_the_tables_...)
     ar = points[points["method"] == "ar"].iloc[0]
     assert (ar["speedup_vs_ar"], ar["ppl_change_vs_ar"]) == pytest.approx((1.0, 0.0))
-    bounds = factor_bounds(study)
-    assert bounds and all(lo > 0 and hi > 0 for _, lo, hi in bounds), bounds
+    bounds = factor_bounds(study)  # whatever intervals the smoke tables have
+    assert all(lo > 0 and hi > 0 for _, lo, hi in bounds), bounds
 
 
 def test_frontier_fits_the_cpu_profile_budget() -> None:
