@@ -149,7 +149,10 @@ def cmd_report(args: argparse.Namespace) -> None:
             base_pos, base_s = rows[-1]["positions"], rows[-1]["seconds"]
     plot_curve(rows, folder / "curve.png", "smollm2 head")
     cfg = json.loads((folder / "head_config.json").read_text())
-    n_params = sum(p.numel() for n, p in head.named_parameters() if p.requires_grad)
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:  # what the head adds
+        n_params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118
     lines = [
         f"# Feature-level draft head for smollm2 ({args.title})",
         "",

@@ -121,7 +121,8 @@ def model_draft_acceptance(
     positions as :func:`depth_acceptance`'s depth 1. Teacher-forced on the response, a model
     draft's distribution at a position does not depend on how many positions it drafted before
     (it reads tokens, not features), so its acceptance is the same at every depth."""
-    cols = column_map(torch.tensor(vocab_ids), draft.config.vocab_size) if vocab_ids else None
+    del vocab_ids  # a restricted draft's head already gives -inf off its sub-vocabulary
+    cols = None  # (SubVocabHead widens its logits to the full vocabulary)
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     prompts: dict[str, int] = defaultdict(int)
