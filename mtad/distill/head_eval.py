@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from mtad.distill import objectives as O
-from mtad.distill.head_train import ShardData, collate, column_map
+from mtad.distill.head_train import ShardData, collate, column_map, micro_batches
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
 
@@ -45,17 +45,7 @@ def depth_acceptance(
     sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     prompts: dict[str, int] = defaultdict(int)
-    refs = data.refs()
-    order = sorted(refs, key=lambda r: r.length)
-    batches, cur = [], []
-    for r in order:
-        if cur and (len(cur) + 1) * r.length > micro_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(r)
-    if cur:
-        batches.append(cur)
-    for refs_b in batches:
+    for refs_b in micro_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:
@@ -126,16 +116,7 @@ def model_draft_acceptance(
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     prompts: dict[str, int] = defaultdict(int)
-    order = sorted(data.refs(), key=lambda r: r.length)
-    batches, cur = [], []
-    for r in order:
-        if cur and (len(cur) + 1) * r.length > micro_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(r)
-    if cur:
-        batches.append(cur)
-    for refs_b in batches:
+    for refs_b in micro_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:
