@@ -67,7 +67,7 @@ class RecipeSweeper(Sweeper):
         cluster launcher (submitit) checks the device where each job runs."""
         from mtad.harness.cli import report_config_error
         from mtad.harness.config import ConfigError
-        from mtad.harness.preflight import check_device
+        from mtad.harness.device import check_device
 
         assert self.config is not None
         launcher = str(self.config.hydra.launcher.get("_target_", ""))
@@ -90,11 +90,11 @@ class RecipeSweeper(Sweeper):
         return self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
 
     def sweep(self, arguments: list[str]) -> Any:
+        assert self.config is not None and self.launcher is not None
+        self._check_host_device()  # before the planner's imports (the engine, transformers)
         from mtad.paper.plan import describe, make_plan
         from mtad.paper.status import CachedComposer
 
-        assert self.config is not None and self.launcher is not None
-        self._check_host_device()
         compose = CachedComposer(self._compose)
         plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
         print(describe(plan, verbose=self.dry_run), flush=True)

@@ -36,7 +36,6 @@ from omegaconf import DictConfig, open_dict
 
 from mtad.harness.cli import composition_error, parse_overrides, report_config_error
 from mtad.harness.config import ConfigError
-from mtad.harness.prepare import prepare
 from mtad.harness.summary import print_compare, print_runs
 from mtad.runs.claims import Claim
 from mtad.runs.folder import METRICS_FILE, write_json
@@ -74,6 +73,11 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
 def validate_sweep(config: DictConfig) -> int:
     """Compose and prepare every job of the sweep; raise :class:`ConfigError` naming the key
     and the job. Returns the number of jobs."""
+    # Imported here: prepare brings the engine and transformers (5-9 s on 2 cores), which a
+    # command whose sweeper is not the basic one (a paper preset refused for its device, a
+    # dry run) never needs, and Hydra imports this module for every multirun.
+    from mtad.harness.prepare import prepare
+
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
     for num, overrides in enumerate(jobs):

@@ -34,24 +34,6 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.pth")
 GGUF_MAGIC = b"GGUF"
 
 
-def check_device(device: str) -> None:
-    """``runtime.device`` names a device this torch build can use."""
-    kind, _, index = device.partition(":")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            why = (
-                f"torch {torch.__version__} is built without CUDA"
-                if torch.version.cuda is None
-                else "no GPU is visible (CUDA_VISIBLE_DEVICES, driver)"
-            )
-            raise ConfigError("runtime.device", f"{device} is not available: {why}; use cpu")
-        count = torch.cuda.device_count()
-        if index and int(index) >= count:
-            raise ConfigError("runtime.device", f"{device} is not available: {count} GPU(s) seen")
-    elif kind == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("runtime.device", "mps is not available on this machine; use cpu")
-
-
 # accelerate's placement strategies: what a pair's device_map may say. Where the models live is
 # runtime.device's choice alone (mtad.engine.loading), so a device_map never names a device.
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")

@@ -18,6 +18,7 @@ from mtad.engine import DecodingMethod
 from mtad.engine.spec import ModelSpec
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, RunSpec, validate
+from mtad.harness.device import check_device
 from mtad.harness.results import host_hardware
 from mtad.methods import make_method
 from mtad.runs.folder import result_dir
@@ -60,7 +61,7 @@ def prepare(
     spec = validate(cfg)
     rc = spec.cfg
     if host_checks:
-        preflight.check_device(rc.runtime.device)
+        check_device(rc.runtime.device)
     task = build_task(spec) if task_cache is None else _cached_task(spec, task_cache)
     if host_checks:  # e.g. HumanEval's sandbox and interpreter (task.python)
         try:

@@ -27,8 +27,8 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mtad.harness import preflight
 from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.device import check_device
 from mtad.harness.prepare import prepare
 from mtad.paper.expansion import PlannedRun
 from mtad.paper.recipes import REPO, RecipeError
@@ -153,7 +153,7 @@ def resolve(planned: PlannedRun, compose: Composer, index: PlanIndex | None = No
         max_new_tokens=int(OmegaConf.select(cfg, "task.max_new_tokens", default=0) or 0),
     )
     try:
-        preflight.check_device(str(OmegaConf.select(cfg, "runtime.device")))
+        check_device(str(OmegaConf.select(cfg, "runtime.device")))
     except ConfigError as err:
         status.host_note = str(err)
     study_dir = prep.result_dir.parent
