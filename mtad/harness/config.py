@@ -10,6 +10,7 @@ turns the first failure into a one-line :class:`ConfigError` that names the offe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -206,12 +207,19 @@ class RunSpec:
     dtype_choice: dict[str, str] = field(default_factory=dict)
 
 
+@functools.cache
+def _schema_node(schema: type) -> DictConfig:
+    """The structured config of ``schema``, built once: building it is most of a merge's cost,
+    and a planner validates each of a thousand runs' seven sections (``merge`` copies it)."""
+    return OmegaConf.structured(schema)
+
+
 def _typed(node: Any, prefix: str, schema: type) -> Any:
     """``node`` merged into ``schema`` (types, unknown keys), then built as the schema's
     dataclass, whose ``__post_init__`` checks values."""
     names = [f.name for f in dataclasses.fields(schema)]
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+        return OmegaConf.to_object(OmegaConf.merge(_schema_node(schema), node))
     except Exception as err:  # noqa: BLE001 - OmegaConf and __post_init__ raise many kinds
         raise ConfigError.from_exception(prefix, err, names) from err
 
