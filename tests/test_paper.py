@@ -523,6 +523,38 @@ def test_frontier_fits_the_cpu_profile_budget() -> None:
     assert "over the profile's budget" not in line
 
 
+def test_the_cost_model_follows_the_dtype_the_host_runs(tmp_path: Path) -> None:
+    """A profile's ``cost.<dtype>`` block prices the runs this host runs in that dtype (float32
+    on a CPU without native bfloat16); runs in any other dtype keep the profile's own figures."""
+    from mtad.cpu import choose_dtype
+    from mtad.paper.plan import make_plan
+    from mtad.paper.status import hydra_composer
+
+    profiles = yaml.safe_load((REPO / "experiments" / "profiles.yaml").read_text())
+    cost = profiles["cpu"]["cost"]
+    assert cost["float32"]["s_per_token"]["default"] > cost["s_per_token"]["default"]
+    cost["float32"] = {"overhead_s": 7.0, "s_per_token": {"default": 0.5, "ar": 0.25}}
+    (tmp_path / "profiles.yaml").write_text(yaml.safe_dump(profiles))
+    prof = load_profile("cpu", tmp_path)
+    assert (prof.overhead_seconds("float32"), prof.overhead_seconds("bfloat16")) == (7.0, 20.0)
+    assert prof.seconds_per_token("mtad", "float32") == 0.5
+    assert prof.seconds_per_token("ar", "float32") == 0.25
+    assert prof.seconds_per_token("ar", "bfloat16") == cost["s_per_token"]["ar"]
+    assert prof.seconds_per_token("mtad", None) == cost["s_per_token"]["default"]
+
+    with hydra_composer() as compose:
+        plan = make_plan(["ablation_gamma"], "cpu", compose)
+    host_dtype = choose_dtype("auto", "cpu")[0]
+    assert {s.dtype for s in plan.jobs} == {host_dtype}
+    committed = plan.profile
+    expected = sum(
+        committed.overhead_seconds(host_dtype)
+        + s.n_samples * s.max_new_tokens * committed.seconds_per_token(s.planned.method, host_dtype)
+        for s in plan.jobs
+    )
+    assert plan.estimate_s() == pytest.approx(expected)
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="the committed CPU reference was rendered before ratio intervals moved to the log "

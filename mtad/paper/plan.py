@@ -45,7 +45,9 @@ class Plan:
         pool = self.jobs if statuses is None else statuses
         return sum(
             estimate_seconds(
-                s, self.profile.overhead_s, self.profile.seconds_per_token(s.planned.method)
+                s,
+                self.profile.overhead_seconds(s.dtype),
+                self.profile.seconds_per_token(s.planned.method, s.dtype),
             )
             for s in pool
         )
@@ -105,9 +107,11 @@ def describe(plan: Plan, verbose: bool = False) -> str:
         )
     c = plan.counts()
     est = plan.estimate_s()
+    dtypes = sorted({s.dtype for s in plan.status.values() if s.dtype})
     lines.append(
         f"  all recipes: {sum(c.values())} distinct runs; {len(plan.jobs)} to run "
-        f"(~{est / 60:.0f} min at the profile's cost model), {c['done']} done, "
+        f"(~{est / 60:.0f} min at the profile's cost model, {'/'.join(dtypes) or 'no'} runs), "
+        f"{c['done']} done, "
         f"{c['not_run']} not runnable here"
     )
     return "\n".join(lines)

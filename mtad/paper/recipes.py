@@ -17,11 +17,13 @@ paper runs through any Hydra launcher): one source of truth for what a paper tab
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from mtad.cpu import DTYPE_CHOICES
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = REPO / "experiments"
@@ -61,9 +63,16 @@ class Profile:
     # The wall time one recipe of this profile should take, predicted from scratch by the cost
     # model (None: no budget); describe() prints each recipe's prediction beside it.
     budget_s: float | None = None
+    # The cost model of runs in another dtype (``cost.<dtype>`` in profiles.yaml): "auto" runs
+    # a CPU pair in float32 where the CPU has no native bfloat16, 2-4x slower per token.
+    dtype_costs: dict[str, tuple[float, dict[str, float]]] = field(default_factory=dict)
 
-    def seconds_per_token(self, method: str) -> float:
-        return float(self.s_per_token.get(method, self.s_per_token.get("default", 0.1)))
+    def overhead_seconds(self, dtype: str | None = None) -> float:
+        return self.dtype_costs[dtype][0] if dtype in self.dtype_costs else self.overhead_s
+
+    def seconds_per_token(self, method: str, dtype: str | None = None) -> float:
+        table = self.dtype_costs[dtype][1] if dtype in self.dtype_costs else self.s_per_token
+        return float(table.get(method, table.get("default", 0.1)))
 
 
 @dataclass(frozen=True)
@@ -127,11 +136,20 @@ def load_profile(name: str, root: Path = EXPERIMENTS) -> Profile:
             },
             unavailable=unavailable,
             overhead_s=float(cost.get("overhead_s", 0.0)),
-            s_per_token={str(k): float(v) for k, v in (cost.get("s_per_token") or {}).items()},
+            s_per_token=_per_token(cost),
             budget_s=float(cost["budget_s"]) if cost.get("budget_s") is not None else None,
+            dtype_costs={
+                str(dtype): (float(cost[dtype].get("overhead_s", 0.0)), _per_token(cost[dtype]))
+                for dtype in DTYPE_CHOICES
+                if dtype in cost
+            },
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise RecipeError(f"profile {name!r}: bad or missing field ({err})") from err
+
+
+def _per_token(cost: dict[str, Any]) -> dict[str, float]:
+    return {str(k): float(v) for k, v in (cost.get("s_per_token") or {}).items()}
 
 
 def _grids(raw: Any, recipe: str) -> tuple[dict[str, tuple[Any, ...]], ...]:

@@ -55,6 +55,7 @@ class RunStatus:
     n_samples: int = 0
     max_new_tokens: int = 0
     host_note: str | None = None  # why this planning host could not run it itself
+    dtype: str | None = None  # the target's, as this host resolves "auto" (the cost model's)
 
     @property
     def runnable(self) -> bool:
@@ -151,6 +152,7 @@ def resolve(planned: PlannedRun, compose: Composer, index: PlanIndex | None = No
         result_dir=prep.result_dir,
         n_samples=len(prep.task.samples()),
         max_new_tokens=int(OmegaConf.select(cfg, "task.max_new_tokens", default=0) or 0),
+        dtype=prep.spec.target.dtype,
     )
     try:
         check_device(str(OmegaConf.select(cfg, "runtime.device")))
