@@ -136,7 +136,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         ids = read_vocab(args.compare_draft)
         if ids:
             restrict_vocab(draft, ids)
-        res["draft"] = model_draft_acceptance(draft.eval(), ids, data, kinds)
+        res["draft"] = model_draft_acceptance(draft.eval(), data, kinds)
     (folder / "heldout.json").write_text(json.dumps(res, indent=1) + "\n")
     rows, base_pos, base_s = [], 0, 0.0
     for c in args.curves:  # each stage counts from 0: one axis across the stages

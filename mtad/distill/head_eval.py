@@ -101,18 +101,16 @@ def warped_acceptance(
 @torch.no_grad()
 def model_draft_acceptance(
     draft: torch.nn.Module,
-    vocab_ids: list[int] | None,
     data: ShardData,
     kinds: list[str],
     micro_tokens: int = 4096,
 ) -> dict[str, dict[str, float]]:
-    """The same held-out figure for an independent draft model (``draft``'s logits restricted
-    to ``vocab_ids`` when it has a sub-vocabulary, as it decodes), on the same responses and
-    positions as :func:`depth_acceptance`'s depth 1. Teacher-forced on the response, a model
-    draft's distribution at a position does not depend on how many positions it drafted before
-    (it reads tokens, not features), so its acceptance is the same at every depth."""
-    del vocab_ids  # a restricted draft's head already gives -inf off its sub-vocabulary
-    cols = None  # (SubVocabHead widens its logits to the full vocabulary)
+    """The same held-out figure for an independent draft model, on the same responses and
+    positions as :func:`depth_acceptance`'s depth 1. A draft restricted to a sub-vocabulary
+    (:func:`mtad.engine.subvocab.restrict_vocab`, as it decodes) already gives full-width
+    logits, -inf off its sub-vocabulary. Teacher-forced on the response, a model draft's
+    distribution at a position does not depend on how many positions it drafted before (it
+    reads tokens, not features), so its acceptance is the same at every depth."""
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     prompts: dict[str, int] = defaultdict(int)
@@ -123,7 +121,7 @@ def model_draft_acceptance(
             prompts[kind] += 1
         logits = draft(input_ids=b["tokens"]).logits.float()
         sel = b["w"] > 0  # response positions (prompt weight 0), as depth 1 of the head
-        acc = warped_acceptance(logits[sel], b["ids"][sel], b["logp"][sel], cols)
+        acc = warped_acceptance(logits[sel], b["ids"][sel], b["logp"][sel], None)
         row_of = sel.nonzero()[:, 0]
         for r, kind in enumerate(seq_kind):
             m = row_of == r
