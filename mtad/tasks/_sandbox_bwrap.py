@@ -210,15 +210,17 @@ def host_view(interp: Interpreter) -> list[str]:
 def command(
     interp: Interpreter,
     *,
-    wrapper: Path,
-    extra_files: tuple[Path, ...],
+    wrapper: str,
+    child_fds: dict[str, int],
     wrapper_args: list[str],
     program_fd: int,
     disk_mb: int,
     network: bool,
 ) -> list[str]:
-    """The full ``bwrap ... -- python -I -B <wrapper> <args>`` command line. ``wrapper`` and
-    ``extra_files`` are bound read-only under :data:`CHILD_DIR` by their names;
+    """The full ``bwrap ... -- python -I -B <wrapper> <args>`` command line. ``child_fds``
+    (file name -> descriptor, ``wrapper`` among them) are copied into read-only files under
+    :data:`CHILD_DIR`: from descriptors, not bound from the project's tree, which the sandbox's
+    unprivileged uid may not be able to reach (a checkout under a 0700 home or temp folder).
     ``program_fd`` is read into ``SCRATCH/program.py``."""
     args = [
         bwrap_path(),
@@ -233,8 +235,8 @@ def command(
     if network:
         args.append("--share-net")
     args += host_view(interp)
-    for host in (wrapper, *extra_files):
-        args += ["--ro-bind", str(host), f"{CHILD_DIR}/{host.name}"]
+    for name, fd in child_fds.items():
+        args += ["--perms", "0444", "--ro-bind-data", str(fd), f"{CHILD_DIR}/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     args += ["--size", str(disk_mb << 20), "--perms", "0700", "--tmpfs", SCRATCH]
     args += ["--perms", "0600", "--file", str(program_fd), f"{SCRATCH}/program.py"]
@@ -245,6 +247,6 @@ def command(
         interp.executable,
         "-I",
         "-B",
-        f"{CHILD_DIR}/{wrapper.name}",
+        f"{CHILD_DIR}/{wrapper}",
         *wrapper_args,
     ]

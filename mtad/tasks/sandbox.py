@@ -229,6 +229,7 @@ class _Channels:
     status: IO[bytes]
     program: IO[bytes]
     args: IO[bytes]
+    child_files: dict[str, IO[bytes]]  # the wrapper and the codec, copied in by descriptor
     nonce: bytes
     done_r: int
     handed: list[int]
@@ -245,13 +246,18 @@ def _open_channels(stack: ExitStack, source: str) -> _Channels:
     out, err, status, program, args = (_temporary(stack) for _ in range(5))
     program.write(source.encode("utf-8"))
     program.seek(0)
+    child_files = {}
+    for path in (_CHILD, _CODEC):
+        child_files[path.name] = copy = _temporary(stack)
+        copy.write(path.read_bytes())
+        copy.seek(0)
     nonce = secrets.token_hex(16).encode()
     nonce_r, nonce_w = os.pipe()
     os.write(nonce_w, nonce)
     os.close(nonce_w)
     done_r, done_w = os.pipe()
     stack.callback(os.close, done_r)
-    return _Channels(out, err, status, program, args, nonce, done_r, [nonce_r, done_w])
+    return _Channels(out, err, status, program, args, child_files, nonce, done_r, [nonce_r, done_w])
 
 
 def _wrapper_spec(
@@ -305,7 +311,13 @@ def _start(
         stdin=subprocess.DEVNULL,
         stdout=ch.out,
         stderr=ch.err,
-        pass_fds=[ch.status.fileno(), ch.program.fileno(), ch.args.fileno(), *ch.handed],
+        pass_fds=[
+            ch.status.fileno(),
+            ch.program.fileno(),
+            ch.args.fileno(),
+            *(f.fileno() for f in ch.child_files.values()),
+            *ch.handed,
+        ],
         start_new_session=True,
         **user,
     )
@@ -385,8 +397,8 @@ def run_python(
         try:
             argv = command(
                 interp,
-                wrapper=_CHILD,
-                extra_files=(_CODEC,),
+                wrapper=_CHILD.name,
+                child_fds={name: f.fileno() for name, f in ch.child_files.items()},
                 wrapper_args=[json.dumps(_wrapper_spec(limits, ch, serve, uid))],
                 program_fd=ch.program.fileno(),
                 disk_mb=limits.disk_mb,
