@@ -372,7 +372,7 @@ def test_isolation_is_reported() -> None:
 _AS_NORMAL_USER = """
 import json, sys, types
 # mtad/tasks/__init__ needs the harness's packages; the sandbox modules need the stdlib only
-for name, path in (("mtad", "{repo}/mtad"), ("mtad.tasks", "{repo}/mtad/tasks")):
+for name, path in (("mtad", "{modules}/mtad"), ("mtad.tasks", "{modules}/mtad/tasks")):
     module = types.ModuleType(name)
     module.__path__ = [path]
     sys.modules[name] = module
@@ -387,10 +387,18 @@ print(json.dumps([seen.status, seen.stdout, seen.uid, list(seen.isolation), bomb
 @pytest.mark.skipif(os.geteuid() != 0, reason="as a normal user every test here is this case")
 def test_the_same_sandbox_as_a_normal_user() -> None:
     """The harness run by an unprivileged user (here: a fresh uid and the system python):
-    bubblewrap builds the same sandbox without root."""
+    bubblewrap builds the same sandbox without root. The user gets its own readable copy of
+    the task modules: this checkout may sit under a folder that uid cannot enter (0700)."""
     uid = 1_800_000 + os.getpid() % 1000
+    modules = Path(tempfile.mkdtemp(prefix="mtad-normal-user-"))
+    shutil.copytree(REPO / "mtad" / "tasks", modules / "mtad" / "tasks")
+    for folder in (modules, *[p for p in modules.rglob("*") if p.is_dir()]):
+        folder.chmod(0o755)
+    for file in modules.rglob("*.py"):
+        file.chmod(0o644)
+    script = _AS_NORMAL_USER.format(repo=str(REPO), modules=str(modules), bomb=FORK_BOMB)
     proc = subprocess.run(
-        ["/usr/bin/python3", "-I", "-c", _AS_NORMAL_USER.format(repo=str(REPO), bomb=FORK_BOMB)],
+        ["/usr/bin/python3", "-I", "-c", script],
         capture_output=True,
         text=True,
         timeout=120,
@@ -400,6 +408,7 @@ def test_the_same_sandbox_as_a_normal_user() -> None:
         group=uid,
         extra_groups=[],
     )
+    shutil.rmtree(modules)
     assert proc.returncode == 0, proc.stderr[-2000:]
     status, stdout, run_uid, isolation, bomb = json.loads(proc.stdout.splitlines()[-1])
     assert status == "ok" and run_uid is None and "own_uid" not in isolation
