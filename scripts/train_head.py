@@ -419,6 +419,87 @@ def cmd_train(args: argparse.Namespace) -> None:
     )
 
 
+def dataclass_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One ``--name`` option per field of the dataclass ``cls``, its default the field's
+    (the dataclass is the one place of each default)."""
+    import dataclasses
+
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(default, list):
+            parser.add_argument(flag, nargs="+", default=default, dest=f.name)
+        elif isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        else:
+            parser.add_argument(flag, type=type(default), default=default, dest=f.name)
+
+
+def cmd_cumulative(args: argparse.Namespace) -> None:
+    """Go on training the committed head (``mtad.distill.cumulative``): resume from the
+    repository's state, teacher on the fly, export + a held-out curve row at the end."""
+    import dataclasses
+    import time
+
+    from mtad.cpu import choose_dtype
+    from mtad.distill.cumulative import (
+        CumulativeConfig,
+        Source,
+        head_for_training,
+        run_session,
+    )
+    from mtad.distill.features import teacher_pass
+    from mtad.distill.head_eval import depth_acceptance
+    from mtad.distill.head_train import ShardData
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.runs.hardware import cpu_hardware
+
+    cfg = CumulativeConfig(
+        **{f.name: getattr(args, f.name) for f in dataclasses.fields(CumulativeConfig)}
+    )
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    dtype, why = choose_dtype(cfg.teacher_dtype, "cpu")
+    target32, _ = load_smollm2_target("float32")
+    head_dir = Path(cfg.head)
+    head = head_for_training(target32, head_dir)
+    eval_dir = Path(cfg.eval_features)
+    kinds = [str(k) for k in np.load(cfg.eval_data)["kinds"]]
+    autocast = use_autocast("auto")
+    target = target32 if dtype == "float32" else load_smollm2_target(dtype)[0]
+
+    def evaluate(h) -> dict:
+        # the held-out features are a cache: completed from the committed ids when a shard is
+        # missing (a float32 teacher pass, skipping the complete shards), then read
+        seqs, plens, _ = load_ids(cfg.eval_data)
+        teacher_pass(target32, seqs, plens, eval_dir, progress=False)
+        eval_data = ShardData(feature_folders([str(eval_dir)]), need_final=True)
+        return depth_acceptance(h, eval_data, kinds, cfg.eval_depths, autocast=autocast)
+
+    sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
+    log_path = Path(cfg.ckpt_dir) / "train.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, flush=True)
+        with open(log_path, "a") as f:
+            f.write(line + "\n")
+
+    host = {**cpu_hardware(), "teacher_dtype": dtype, "autocast": autocast}
+    log(f"teacher {dtype} ({why}); head autocast {autocast}; config {cfg}")
+    run_session(
+        cfg,
+        head,
+        target,
+        sources,
+        evaluate=evaluate,
+        host=host,
+        log=log,
+        autocast=autocast,
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -508,6 +589,11 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--time-budget", type=float, default=0.0)
     t.add_argument("--max-steps", type=int, default=0)
     t.set_defaults(run=cmd_train)
+    from mtad.distill.cumulative import CumulativeConfig
+
+    cu = sub.add_parser("cumulative", help="go on training the committed head (resumable)")
+    dataclass_options(cu, CumulativeConfig)
+    cu.set_defaults(run=cmd_cumulative)
     args = ap.parse_args(argv)
     args.run(args)
 

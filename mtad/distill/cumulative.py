@@ -1,0 +1,441 @@
+"""Cumulative training of a feature-level head across sessions and machine resets.
+
+The committed head folder is the state of record: its weights (bfloat16, ``model.safetensors``),
+``training/state.json`` (the data cursor, the positions and steps trained so far, the sessions)
+and ``training/curve.jsonl`` (one held-out row per export, cumulative positions on the x axis).
+Nothing training needs lives only on a machine's disk:
+
+* **teacher signal on the fly**: every step runs the target over its sequences (bfloat16 where
+  the CPU has it natively, :func:`mtad.cpu.choose_dtype`) and takes the final normed state and
+  the top-k next-token log-probabilities there, the same quantities the stored shards of
+  :mod:`mtad.distill.features` hold, so :func:`mtad.distill.head_train.step_loss` trains on it
+  unchanged;
+* **the data**: committed uint16 id files (:class:`Source`), each with a weight and its own
+  seeded permutation per epoch; the cursor says, per source, which epoch and how far, and a
+  step draws from the source furthest behind its share, so a source added later joins at its
+  weight without disturbing the others' order;
+* **a local checkpoint** (fp32 weights, the optimiser, the cursor) under ``ckpt_dir`` every few
+  minutes is a pure speed-up: resumed when it descends from the committed export, ignored
+  otherwise (a wiped disk resumes from the committed folder with a fresh optimiser warm-up);
+* the held-out features (:mod:`mtad.distill.head_eval`'s input) are a cache, rebuilt by a
+  teacher pass over the committed held-out ids when absent.
+
+The learning rate is constant after a warm-up (no schedule that restarts per session, so
+sessions add up); the held-out curve is the judge of every change.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtad.distill.head_train import (
+    HeadTrainConfig,
+    SeqRef,
+    column_map,
+    make_optimizer,
+    micro_batches,
+    step_loss,
+)
+from mtad.engine.feature_head import FeatureHead
+
+TRAINING_DIR = "training"
+STATE_FILE = "state.json"
+CURVE_FILE = "curve.jsonl"
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass
+class CumulativeConfig:
+    """What a cumulative session trains with (read once at the command line)."""
+
+    head: str = "assets/drafts/smollm2-head"  # the committed head folder (state of record)
+    sources: list[str] = field(
+        default_factory=lambda: [
+            "assets/drafts/smollm2-draft/data.npz=2",
+            "assets/drafts/smollm2-head/corpus.npz=1",
+        ]
+    )  # PATH=WEIGHT: committed ids; weight = share of positions drawn per position of the rest
+    eval_data: str = "assets/evalsets/smollm2-heldout.npz"
+    eval_features: str = ".dev/head/features/heldout"  # cache, rebuilt when absent (float32)
+    ckpt_dir: str = ".dev/head/cumulative"
+    depths: int = 3  # draft depths trained (training-time test), all positions scored
+    depth_decay: float = 0.8  # depth k weighted depth_decay ** (k - 1), as EAGLE-3
+    eval_depths: int = 4
+    lr: float = 1e-3
+    warmup_steps: int = 10  # per session: the optimiser's moments start afresh after a reset
+    tokens_per_step: int = 8192
+    micro_tokens: int = 2048
+    max_len: int = 1024  # longer sequences are cut (teacher and head alike)
+    kl_weight: float = 0.3
+    overlap_weight: float = 0.3
+    reg_weight: float = 1.0
+    feature_rms: float = 2.0
+    prompt_weight: float = 0.1
+    teacher_dtype: str = "auto"  # auto: bfloat16 on a CPU with native bfloat16, else float32
+    topk: int = 20
+    seed: int = 0
+    threads: int = 1
+    time_budget_s: float = 0.0  # stop (and export) after this many seconds; 0: never
+    max_steps: int = 0  # stop after this many steps in this session; 0: never
+    ckpt_every_s: float = 300.0
+    export_every_s: float = 1800.0
+
+    def train_config(self, autocast: bool) -> HeadTrainConfig:
+        return HeadTrainConfig(
+            depths=self.depths,
+            depth_weights=[self.depth_decay**k for k in range(self.depths)],
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            tokens_per_step=self.tokens_per_step,
+            micro_tokens=self.micro_tokens,
+            prompt_weight=self.prompt_weight,
+            overlap_weight=self.overlap_weight,
+            kl_weight=self.kl_weight,
+            reg_weight=self.reg_weight,
+            feature_rms=self.feature_rms,
+            deep_fraction=1.0,
+            seed=self.seed,
+            autocast=autocast,
+        )
+
+
+# --- the data stream -------------------------------------------------------------------------
+@dataclass
+class Source:
+    """One committed id file in the ``data.npz`` layout (tokens, lens, plens)."""
+
+    path: str
+    weight: float
+    seqs: list[np.ndarray]
+    plens: list[int]
+
+    @classmethod
+    def load(cls, spec: str, max_len: int) -> Source:
+        path, _, w = spec.partition("=")
+        z = np.load(path)
+        toks, lens, plens = z["tokens"], z["lens"], z["plens"]
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+        seqs = [toks[s : s + min(int(n), max_len)] for s, n in zip(starts, lens, strict=True)]
+        return cls(path, float(w or 1.0), seqs, [int(p) for p in plens])
+
+    @property
+    def name(self) -> str:
+        return self.path
+
+    def order(self, seed: int, epoch: int) -> np.ndarray:
+        return np.random.default_rng([seed, epoch, _stable_int(self.path)]).permutation(
+            len(self.seqs)
+        )
+
+
+def _stable_int(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+@dataclass
+class SourceCursor:
+    epoch: int = 0
+    next: int = 0  # index into the epoch's permutation
+    positions: int = 0  # positions drawn from this source so far (all sessions)
+
+
+def draw_step(
+    sources: Sequence[Source], cursor: dict[str, SourceCursor], tokens: int, seed: int
+) -> list[tuple[int, int]]:
+    """``(source index, sequence index)`` pairs of about ``tokens`` positions; advances
+    ``cursor``. Each sequence comes from the source whose positions drawn per unit of weight
+    are fewest (deterministic given the cursor)."""
+    for s in sources:
+        cursor.setdefault(s.name, SourceCursor())
+    picked, acc = [], 0
+    while acc < tokens:
+        si = min(
+            range(len(sources)),
+            key=lambda i: (cursor[sources[i].name].positions / sources[i].weight, i),
+        )
+        src, cur = sources[si], cursor[sources[si].name]
+        j = int(src.order(seed, cur.epoch)[cur.next])
+        cur.next += 1
+        if cur.next >= len(src.seqs):
+            cur.epoch, cur.next = cur.epoch + 1, 0
+        n = len(src.seqs[j])
+        cur.positions += n
+        acc += n
+        picked.append((si, j))
+    return picked
+
+
+# --- the teacher ------------------------------------------------------------------------------
+@torch.inference_mode()
+def teacher_batch(
+    target: torch.nn.Module,
+    seqs: Sequence[np.ndarray],
+    plens: Sequence[int],
+    topk: int,
+    prompt_weight: float,
+) -> dict[str, Any]:
+    """The batch :func:`mtad.distill.head_train.collate` builds from stored shards, computed
+    now: right-padded tokens, the target's final normed state (bfloat16, one "tap"), its top-k
+    next-token log-probabilities and the per-position loss weights."""
+    b, width = len(seqs), max(len(s) for s in seqs)
+    pad = int(getattr(target.config, "pad_token_id", None) or 0)
+    tokens = torch.full((b, width), pad, dtype=torch.long)
+    w = torch.zeros(b, width)
+    for r, (s, p) in enumerate(zip(seqs, plens, strict=True)):
+        n = len(s)
+        tokens[r, :n] = torch.from_numpy(s.astype(np.int64))
+        w[r, : max(p - 1, 0)] = prompt_weight
+        w[r, max(p - 1, 0) : n - 1] = 1.0
+    hidden = target.model(input_ids=tokens).last_hidden_state  # normed
+    logp = torch.log_softmax(target.lm_head(hidden).float(), dim=-1)
+    vals, ids = logp.topk(topk, dim=-1)
+    # as stored shards round them: bfloat16 features, float16 log-probabilities
+    return {
+        "tokens": tokens,
+        "feats": hidden.to(torch.bfloat16)[:, :, None, :].clone(),
+        "ids": ids,
+        "logp": vals.to(torch.float16).float(),
+        "w": w,
+        "final": "final",
+    }
+
+
+# --- the state of record -----------------------------------------------------------------------
+@dataclass
+class CumulativeState:
+    steps: int = 0
+    positions: int = 0  # depth-1 weighted positions trained on, all sessions
+    seconds: float = 0.0  # training wall seconds, all sessions
+    cursor: dict[str, SourceCursor] = field(default_factory=dict)
+    export: str = ""  # id of the last export (the weights' sha256 prefix)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CumulativeState:
+        d = dict(d)
+        d["cursor"] = {k: SourceCursor(**v) for k, v in d.get("cursor", {}).items()}
+        return cls(**d)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_state(head_dir: Path) -> CumulativeState:
+    path = head_dir / TRAINING_DIR / STATE_FILE
+    if not path.is_file():
+        return CumulativeState()
+    return CumulativeState.from_json(json.loads(path.read_text()))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def weights_id(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def export_head(head: FeatureHead, head_dir: Path, state: CumulativeState) -> None:
+    """Write the head in bfloat16 (half the bytes; the fp32 master lives in the local
+    checkpoint) and then its state; each file replaced atomically, weights first, the state
+    naming the weights it goes with."""
+    from safetensors.torch import save
+
+    tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in head.state_dict().items()}
+    blob = save(tensors)
+    _write_atomic(head_dir / WEIGHTS_FILE, blob)
+    state.export = hashlib.sha256(blob).hexdigest()[:16]
+    cfg_path = head_dir / "head_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg.update(trained_positions=state.positions, step=state.steps)
+    _write_atomic(cfg_path, (json.dumps(cfg, indent=2) + "\n").encode())
+    _write_atomic(
+        head_dir / TRAINING_DIR / STATE_FILE,
+        (json.dumps(state.to_json(), indent=1) + "\n").encode(),
+    )
+
+
+def append_curve(head_dir: Path, row: dict[str, Any]) -> None:
+    path = head_dir / TRAINING_DIR / CURVE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def load_head_weights(head: FeatureHead, head_dir: Path) -> None:
+    """The committed weights into ``head`` (kept in its own dtype, float32 for training)."""
+    from safetensors.torch import load_file
+
+    state = load_file(str(head_dir / WEIGHTS_FILE))
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.startswith("rotary_emb")]
+    if missing or unexpected:
+        raise ValueError(f"{head_dir}: missing {missing}, unexpected {unexpected}")
+
+
+# --- the loop ----------------------------------------------------------------------------------
+def lr_constant(lr: float, warmup: int, step_in_session: int) -> float:
+    return lr * min(1.0, (step_in_session + 1) / max(1, warmup))
+
+
+def _save_local(folder: Path, head, opt, state: CumulativeState) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "ckpt.pt.tmp"
+    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": state.to_json()}, tmp)
+    os.replace(tmp, folder / "ckpt.pt")
+
+
+def _load_local(folder: Path, committed: CumulativeState):
+    """The local checkpoint when it descends from the committed export (it went on training
+    from it, or it is the run that wrote it), else None."""
+    path = folder / "ckpt.pt"
+    if not path.is_file():
+        return None
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    local = CumulativeState.from_json(ck["state"])
+    lineage = {s.get("export_at_start") for s in local.sessions} | {local.export}
+    if local.steps < committed.steps or (committed.export and committed.export not in lineage):
+        return None
+    return ck, local
+
+
+def run_session(
+    cfg: CumulativeConfig,
+    head: FeatureHead,
+    target: torch.nn.Module,
+    sources: Sequence[Source],
+    evaluate: Callable[[FeatureHead], dict[str, Any]] | None = None,
+    host: dict[str, Any] | None = None,
+    log: Callable[[str], None] = print,
+    autocast: bool = False,
+) -> CumulativeState:
+    """Train ``head`` (float32, built for ``target``) from the committed state in ``cfg.head``
+    (or the local checkpoint that descends from it) until the time budget or ``max_steps``;
+    export to ``cfg.head`` every ``export_every_s`` and at the end, with a curve row."""
+    head_dir, ckpt = Path(cfg.head), Path(cfg.ckpt_dir)
+    tcfg = cfg.train_config(autocast)
+    committed = read_state(head_dir)
+    head.train()
+    opt = make_optimizer(head, tcfg)
+    resumed = _load_local(ckpt, committed)
+    if resumed is not None:
+        ck, state = resumed
+        head.load_state_dict(ck["head"])
+        opt.load_state_dict(ck["opt"])
+        log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
+    else:
+        state = committed
+        if (head_dir / WEIGHTS_FILE).is_file():
+            load_head_weights(head, head_dir)
+        log(f"resumed the committed head: step {state.steps}, {state.positions} positions")
+    session = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "export_at_start": state.export,
+        "steps_at_start": state.steps,
+        "positions_at_start": state.positions,
+        **(host or {}),
+    }
+    state.sessions.append(session)
+    cols = column_map(head.vocab_ids, head.vocab_size)
+    started = last_ckpt = last_export = time.monotonic()
+    steps_here = 0
+    while True:
+        t0 = time.perf_counter()
+        lr = lr_constant(cfg.lr, cfg.warmup_steps, steps_here)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
+        refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
+        opt.zero_grad(set_to_none=True)
+        gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
+        batches = []
+        for mb in micro_batches(refs, cfg.micro_tokens):
+            seqs = [sources[r.shard].seqs[r.index] for r in mb]
+            plens = [
+                min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
+            ]
+            batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
+        norm = sum(float(b["w"].sum()) for b in batches)
+        overlap = np.zeros(cfg.depths)
+        wsum = np.zeros(cfg.depths)
+        for b in batches:
+            loss, st = step_loss(head, b, tcfg, cols, gen)
+            (loss / norm).backward()
+            overlap += np.array(st["overlap"])
+            wsum += np.array(st["w"])
+        torch.nn.utils.clip_grad_norm_(head.parameters(), tcfg.grad_clip)
+        opt.step()
+        state.steps += 1
+        steps_here += 1
+        state.positions += int(sum(int((b["w"] > 0).sum()) for b in batches))
+        dt = time.perf_counter() - t0
+        state.seconds += dt
+        if steps_here % 10 == 0 or steps_here <= 3:
+            ov = (overlap / np.maximum(wsum, 1e-9)).round(3).tolist()
+            log(
+                f"step {state.steps} pos {state.positions} {dt:.1f}s/step lr {lr:.1e} "
+                f"train overlap by depth {ov}"
+            )
+        now = time.monotonic()
+        stop = (cfg.max_steps and steps_here >= cfg.max_steps) or (
+            cfg.time_budget_s and now - started >= cfg.time_budget_s
+        )
+        if stop or now - last_export >= cfg.export_every_s:
+            session.update(steps_at_end=state.steps, positions_at_end=state.positions)
+            export_head(head, head_dir, state)
+            row = {
+                "steps": state.steps,
+                "positions": state.positions,
+                "seconds": round(state.seconds, 1),
+                "session": session["started"],
+                **(host or {}),
+            }
+            if evaluate is not None:
+                row["heldout"] = evaluate(head)
+                head.train()
+                log("held-out " + _short(row["heldout"]))
+            append_curve(head_dir, row)
+            _save_local(ckpt, head, opt, state)
+            last_export = last_ckpt = time.monotonic()
+        elif now - last_ckpt >= cfg.ckpt_every_s:
+            _save_local(ckpt, head, opt, state)
+            last_ckpt = now
+        if stop:
+            head.eval()
+            return state
+
+
+def _short(heldout: dict[str, Any]) -> str:
+    return json.dumps(
+        {k: [round(v[d], 3) for d in sorted(v) if d.startswith("d")] for k, v in heldout.items()}
+    )
+
+
+def head_for_training(target_fp32: torch.nn.Module, head_dir: Path) -> FeatureHead:
+    """A float32 head of the committed folder's layout and sub-vocabulary over a float32 copy of
+    the target's embeddings and logits rows (decoding on a float32 host uses those), weights
+    loaded by :func:`run_session`."""
+    from mtad.engine.feature_head import HeadSpec
+    from mtad.engine.subvocab import read_vocab
+
+    spec = HeadSpec(**json.loads((head_dir / "head_config.json").read_text())["head"])
+    ids = read_vocab(head_dir)
+    vocab = torch.tensor(sorted(ids)) if ids else None
+    embed = copy.deepcopy(target_fp32.get_input_embeddings()).requires_grad_(False)
+    weight = target_fp32.get_output_embeddings().weight.detach().clone()
+    head = FeatureHead(target_fp32.config, spec, embed, weight, vocab).to(torch.float32)
+    return head
