@@ -88,8 +88,8 @@ class CumulativeConfig:
     threads: int = 1
     time_budget_s: float = 0.0  # stop (and export) after this many seconds; 0: never
     max_steps: int = 0  # stop after this many steps in this session; 0: never
-    ckpt_every_s: float = 300.0
-    export_every_s: float = 1800.0
+    ckpt_every_s: float = 300.0  # local checkpoint; 0: only with an export
+    export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
 
     def train_config(self, autocast: bool) -> HeadTrainConfig:
         return HeadTrainConfig(
@@ -394,7 +394,7 @@ def run_session(
         stop = (cfg.max_steps and steps_here >= cfg.max_steps) or (
             cfg.time_budget_s and now - started >= cfg.time_budget_s
         )
-        if stop or now - last_export >= cfg.export_every_s:
+        if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
             export_head(head, head_dir, state)
             row = {
@@ -411,7 +411,7 @@ def run_session(
             append_curve(head_dir, row)
             _save_local(ckpt, head, opt, state)
             last_export = last_ckpt = time.monotonic()
-        elif now - last_ckpt >= cfg.ckpt_every_s:
+        elif cfg.ckpt_every_s and now - last_ckpt >= cfg.ckpt_every_s:
             _save_local(ckpt, head, opt, state)
             last_ckpt = now
         if stop:
