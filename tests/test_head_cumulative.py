@@ -194,3 +194,19 @@ def test_the_local_checkpoint_is_resumed_only_when_it_descends_from_the_committe
     _session(script, folder, tmp_path / "other", 1)
     log = _session(script, folder, stale, 1)
     assert "resumed the committed head: step 5" in log
+
+
+def test_sigterm_ends_the_session_after_its_step_with_an_export(tmp_path, head_folder):
+    folder, script = head_folder
+    proc = _session(script, folder, tmp_path / "ck", 10_000, wait=False)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the first logged step
+        if line.startswith(b"step ") or b" step 1 " in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out = proc.stdout.read().decode()
+    assert proc.wait(timeout=120) == 0, out
+    assert "stopping after this step" in out
+    state = read_state(folder)
+    assert state.steps >= 1
+    assert [r["steps"] for r in _curve(folder)] == [state.steps]

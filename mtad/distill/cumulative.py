@@ -198,8 +198,9 @@ def teacher_batch(
         w[r, : max(p - 1, 0)] = prompt_weight
         w[r, max(p - 1, 0) : n - 1] = 1.0
     hidden = target.model(input_ids=tokens).last_hidden_state  # normed
-    logp = torch.log_softmax(target.lm_head(hidden).float(), dim=-1)
-    vals, ids = logp.topk(topk, dim=-1)
+    logits = target.lm_head(hidden).float()
+    top, ids = logits.topk(topk, dim=-1)  # log-probabilities = logits - logsumexp: one pass
+    vals = top - torch.logsumexp(logits, dim=-1, keepdim=True)
     # as stored shards round them: bfloat16 features, float16 log-probabilities
     return {
         "tokens": tokens,
@@ -353,6 +354,7 @@ def run_session(
     cols = column_map(head.vocab_ids, head.vocab_size)
     started = last_ckpt = last_export = time.monotonic()
     steps_here = 0
+    stop_asked = _stop_on_term(log)
     while True:
         t0 = time.perf_counter()
         lr = lr_constant(cfg.lr, cfg.warmup_steps, steps_here)
@@ -391,8 +393,10 @@ def run_session(
                 f"train overlap by depth {ov}"
             )
         now = time.monotonic()
-        stop = (cfg.max_steps and steps_here >= cfg.max_steps) or (
-            cfg.time_budget_s and now - started >= cfg.time_budget_s
+        stop = (
+            stop_asked()
+            or (cfg.max_steps and steps_here >= cfg.max_steps)
+            or (cfg.time_budget_s and now - started >= cfg.time_budget_s)
         )
         if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
@@ -417,6 +421,24 @@ def run_session(
         if stop:
             head.eval()
             return state
+
+
+def _stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:
+    """SIGTERM / SIGINT end the session after the current step, with an export (a kill -9
+    loses the steps since the last export, nothing else)."""
+    import signal
+    import threading
+
+    asked = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+
+        def on_signal(signum, _frame) -> None:
+            log(f"signal {signum}: stopping after this step, with an export")
+            asked.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+    return asked.is_set
 
 
 def _short(heldout: dict[str, Any]) -> str:
