@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Distil a small draft model that shares a target's tokenizer (online knowledge distillation).
 
-The target answers prompts of an offline pool (:mod:`mtad.distill.pool`, disjoint from every
+The target answers prompts of an offline pool (:mod:`mtad_train.pool`, disjoint from every
 evaluation prompt: checked, printed and written into the report); the drafts are trained on the
 target's own continuations with full-vocabulary KL(p || q) to the target's next-token distribution
 (computed on the fly, temperature 1), optionally plus the total-variation term
@@ -32,10 +32,10 @@ tests). Resuming: with ``--ckpt-dir`` the full training state (drafts, optimiser
 RNG, pool cursor, loss history) is saved every ``--ckpt-every-s`` seconds, atomically, and a rerun
 with the same arguments resumes from it.
 
-This file is the command line; the run is :mod:`mtad.distill.loop` (models in
-:mod:`~mtad.distill.drafts`, data in :mod:`~mtad.distill.data`, training in
-:mod:`~mtad.distill.train`, evaluation in :mod:`~mtad.distill.evaluate`, outputs in
-:mod:`~mtad.distill.report`).
+This file is the command line; the run is :mod:`mtad_train.loop` (models in
+:mod:`~mtad_train.drafts`, data in :mod:`~mtad_train.data`, training in
+:mod:`~mtad_train.train`, evaluation in :mod:`~mtad_train.evaluate`, outputs in
+:mod:`~mtad_train.report`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a file from a checkout that need not be installed
     sys.path.insert(0, str(REPO))  # (scripts/device_distill.sh on a bare device machine)
 
-from mtad.distill.drafts import DraftSpec  # noqa: E402
-from mtad.distill.loop import distil  # noqa: E402
+from mtad_train.drafts import DraftSpec  # noqa: E402
+from mtad_train.loop import distil  # noqa: E402
 
 
 def parse_args(argv=None):

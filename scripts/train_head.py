@@ -32,8 +32,8 @@ def load_ids(path: str) -> tuple[list[list[int]], list[int], list[str]]:
 
 
 def cmd_features(args: argparse.Namespace) -> None:
-    from mtad.distill.features import teacher_pass
     from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.features import teacher_pass
 
     torch.set_num_threads(args.threads)
     target, _ = load_smollm2_target(args.dtype)
@@ -48,8 +48,8 @@ def cmd_finals(args: argparse.Namespace) -> None:
     while a teacher pass is still writing shards."""
     import time
 
-    from mtad.distill.features import derive_final
     from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.features import derive_final
 
     torch.set_num_threads(args.threads)
     target, _ = load_smollm2_target(args.dtype)
@@ -65,11 +65,11 @@ def cmd_eval(args: argparse.Namespace) -> None:
     """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
     import json
 
-    from mtad.distill.head_eval import depth_acceptance
-    from mtad.distill.head_train import ShardData
     from mtad.engine.feature_head import load_head
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import ShardData
 
     torch.set_num_threads(args.threads)
     target, _ = load_smollm2_target("bfloat16")
@@ -114,12 +114,12 @@ def cmd_report(args: argparse.Namespace) -> None:
     appended, e.g. measured speed)."""
     import json
 
-    from mtad.distill.head_eval import depth_acceptance, model_draft_acceptance
-    from mtad.distill.head_report import heldout_table, plot_curve, read_curve, verdict
-    from mtad.distill.head_train import ShardData
     from mtad.engine.feature_head import load_head
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab, restrict_vocab
+    from mtad_train.head_eval import depth_acceptance, model_draft_acceptance
+    from mtad_train.head_report import heldout_table, plot_curve, read_curve, verdict
+    from mtad_train.head_train import ShardData
 
     torch.set_num_threads(args.threads)
     autocast = use_autocast(args.autocast)
@@ -166,7 +166,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         "",
         "Mean over response positions of sum_v min(p_w, q_w) under the authors' warping (T=1, "
         "top-k 10, top-p 0.9); at depth k the head has drafted k-1 positions on its own "
-        "features (`mtad.distill.head_eval`).",
+        "features (`mtad_train.head_eval`).",
         "",
         *heldout_table(res["head"], args.depths),
         "",
@@ -197,9 +197,9 @@ def cmd_report(args: argparse.Namespace) -> None:
 def cmd_corpus(args: argparse.Namespace) -> None:
     from collections import Counter
 
-    from mtad.distill.corpus import build_corpus
-    from mtad.distill.evalsets import evaluation_texts
     from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.corpus import build_corpus
+    from mtad_train.evalsets import evaluation_texts
 
     _, tok = load_smollm2_target("float32")
     seqs, plens, kinds, dropped = build_corpus(
@@ -220,8 +220,8 @@ def cmd_evalset(args: argparse.Namespace) -> None:
     sampling as the authors warp), so every draft is measured on the same responses."""
     from types import SimpleNamespace
 
-    from mtad.distill.evaluate import build_eval_sets
     from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.evaluate import build_eval_sets
 
     torch.set_num_threads(args.threads)
     target, tok = load_smollm2_target(args.dtype)
@@ -292,11 +292,11 @@ def cmd_train(args: argparse.Namespace) -> None:
     import json
     import time
 
-    from mtad.distill.head_eval import depth_acceptance
-    from mtad.distill.head_train import HeadTrainConfig, ShardData, train
     from mtad.engine.feature_head import FeatureHead, HeadSpec
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import VOCAB_FILE, frequency_ranked_ids
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import HeadTrainConfig, ShardData, train
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -436,23 +436,23 @@ def dataclass_options(parser: argparse.ArgumentParser, cls: type) -> None:
 
 
 def cmd_cumulative(args: argparse.Namespace) -> None:
-    """Go on training the committed head (``mtad.distill.cumulative``): resume from the
+    """Go on training the committed head (``mtad_train.cumulative``): resume from the
     repository's state, teacher on the fly, export + a held-out curve row at the end."""
     import dataclasses
     import time
 
     from mtad.cpu import choose_dtype
-    from mtad.distill.cumulative import (
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.runs.hardware import cpu_hardware
+    from mtad_train.cumulative import (
         CumulativeConfig,
         Source,
         head_for_training,
         run_session,
     )
-    from mtad.distill.features import teacher_pass
-    from mtad.distill.head_eval import depth_acceptance
-    from mtad.distill.head_train import ShardData
-    from mtad.engine.smollm2 import load_smollm2_target
-    from mtad.runs.hardware import cpu_hardware
+    from mtad_train.features import teacher_pass
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import ShardData
 
     cfg = CumulativeConfig(
         **{f.name: getattr(args, f.name) for f in dataclasses.fields(CumulativeConfig)}
@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--time-budget", type=float, default=0.0)
     t.add_argument("--max-steps", type=int, default=0)
     t.set_defaults(run=cmd_train)
-    from mtad.distill.cumulative import CumulativeConfig
+    from mtad_train.cumulative import CumulativeConfig
 
     cu = sub.add_parser("cumulative", help="go on training the committed head (resumable)")
     dataclass_options(cu, CumulativeConfig)

@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtad.distill import objectives as O
-from mtad.distill.data import Buffer
-from mtad.distill.drafts import DraftSpec, build_draft
-from mtad.distill.overlap import filter_pool, normalise, overlap_report
-from mtad.distill.train import train_step
 from mtad.engine.warping import WarpConfig, warp_logprobs
+from mtad_train import objectives as O
+from mtad_train.data import Buffer
+from mtad_train.drafts import DraftSpec, build_draft
+from mtad_train.overlap import filter_pool, normalise, overlap_report
+from mtad_train.train import train_step
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_script():
-    """The command line (``parse_args``) lives in the script, the run in mtad.distill."""
+    """The command line (``parse_args``) lives in the script, the run in mtad_train."""
     spec = importlib.util.spec_from_file_location(
         "distill_draft", REPO / "scripts" / "distill_draft.py"
     )
@@ -92,8 +92,8 @@ def test_overlap_check_finds_and_filters_shared_ngrams():
 def test_pool_items_have_text_and_no_sql():
     import random
 
-    from mtad.distill.pool import SQL_RE, item_text
-    from mtad.distill.templates import templated_chats
+    from mtad_train.pool import SQL_RE, item_text
+    from mtad_train.templates import templated_chats
 
     items = list(templated_chats(random.Random(0), 200))
     assert all(item_text(it) and not SQL_RE.search(item_text(it)) for it in items)

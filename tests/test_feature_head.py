@@ -288,7 +288,7 @@ def test_final_norm_tap_reads_what_the_logits_head_reads(tiny_target):
 TRAIN_SCRIPT = r"""
 import sys, torch
 from pathlib import Path
-from mtad.distill.head_train import HeadTrainConfig, ShardData, train
+from mtad_train.head_train import HeadTrainConfig, ShardData, train
 from mtad.engine.feature_head import FeatureHead, HeadSpec
 from mtad.engine.tiny import build_tiny_model
 torch.set_num_threads(1)
@@ -310,7 +310,7 @@ print("steps", state.step)
 
 @pytest.fixture(scope="module")
 def tiny_shards(tmp_path_factory, tiny_target):
-    from mtad.distill.features import derive_final, teacher_pass
+    from mtad_train.features import derive_final, teacher_pass
 
     folder = tmp_path_factory.mktemp("shards")
     gen = torch.Generator().manual_seed(0)

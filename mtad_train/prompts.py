@@ -1,16 +1,16 @@
-"""The training prompts of a distillation: the offline pool (:mod:`mtad.distill.pool`), checked
-and filtered disjoint from every evaluation prompt (:mod:`mtad.distill.overlap`), split into
+"""The training prompts of a distillation: the offline pool (:mod:`mtad_train.pool`), checked
+and filtered disjoint from every evaluation prompt (:mod:`mtad_train.overlap`), split into
 training items and held-out items; and the follow-up turns that continue finished chats."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mtad.distill.evalsets import evaluation_texts
-from mtad.distill.overlap import filter_pool, overlap_report
-from mtad.distill.pool import build_pool, item_text, load_pool, pool_fingerprint, save_pool
+from mtad_train.evalsets import evaluation_texts
+from mtad_train.overlap import filter_pool, overlap_report
+from mtad_train.pool import build_pool, item_text, load_pool, pool_fingerprint, save_pool
 
-# hand-written second user turns for chats the target finished (mtad.distill.loop), checked
+# hand-written second user turns for chats the target finished (mtad_train.loop), checked
 # disjoint from the evaluation prompts along with the pool
 FOLLOW_UPS = [
     "Can you make it shorter?",
@@ -77,6 +77,6 @@ def prepare_pool(args, log) -> dict:
         "kinds": {
             k: sum(1 for it in pool if it["kind"] == k) for k in sorted({it["kind"] for it in pool})
         },
-        "build": f"mtad.distill.pool.build_pool(seed={args.pool_seed})",
+        "build": f"mtad_train.pool.build_pool(seed={args.pool_seed})",
     }
     return {"items": pool, "train": train, "heldout": heldout, "overlap": overlap, "recipe": recipe}

@@ -1,6 +1,6 @@
 """Training a feature-level draft head on stored teacher-forced features, resumably.
 
-The data are the shards of :mod:`mtad.distill.features` (the target's tapped hidden states and
+The data are the shards of :mod:`mtad_train.features` (the target's tapped hidden states and
 top-k next-token log-probabilities at every position of a token corpus). One step:
 
 1. fuse the target's features of every position (``g_i``) and unroll the head over the sequence
@@ -11,7 +11,7 @@ top-k next-token log-probabilities at every position of a token corpus). One ste
    KL(p || q) over the target's stored top-k plus one bin for the rest (a lower bound of the full
    KL, exact on every token the authors' top-k-10 warping can keep), plus ``overlap_weight`` x
    (1 - sum_v min(p_w, q_w)) under the authors' warping (temperature 1, top-k 10, top-p 0.9),
-   the expected acceptance the draft is judged by (:mod:`mtad.distill.objectives`);
+   the expected acceptance the draft is judged by (:mod:`mtad_train.objectives`);
 3. an AdamW step with warm-up and cosine decay.
 
 The sequence order is a function of the seed and the epoch, and a checkpoint holds the weights,
@@ -34,9 +34,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mtad.distill import objectives as O
-from mtad.distill.features import Shard, from_bf16_bits, load_shard
 from mtad.engine.feature_head import FeatureHead
+from mtad_train import objectives as O
+from mtad_train.features import Shard, from_bf16_bits, load_shard
 
 
 @dataclass

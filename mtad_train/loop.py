@@ -20,9 +20,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from mtad.distill import objectives as O
-from mtad.distill import report
-from mtad.distill.data import (
+from mtad.harness.results import environment
+from mtad_train import objectives as O
+from mtad_train import report
+from mtad_train.data import (
     Buffer,
     encode_item,
     fill_teacher,
@@ -30,11 +31,10 @@ from mtad.distill.data import (
     load_data,
     save_data,
 )
-from mtad.distill.drafts import DraftSpec, build_draft, build_optimisers, init_from, load_target
-from mtad.distill.evaluate import build_eval_sets, evaluate
-from mtad.distill.prompts import FOLLOW_UPS, prepare_pool
-from mtad.distill.train import load_ckpt, lr_at, save_ckpt, train_step
-from mtad.harness.results import environment
+from mtad_train.drafts import DraftSpec, build_draft, build_optimisers, init_from, load_target
+from mtad_train.evaluate import build_eval_sets, evaluate
+from mtad_train.prompts import FOLLOW_UPS, prepare_pool
+from mtad_train.train import load_ckpt, lr_at, save_ckpt, train_step
 
 
 class Distillation:

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from mtad.distill.data import write_parts
-from mtad.distill.drafts import DraftSpec
+from mtad_train.data import write_parts
+from mtad_train.drafts import DraftSpec
 
 ACCEPT_BAR, ACCEPT_GOAL = 0.45, 0.55  # held-out expected acceptance the draft must reach (#17)
 

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from mtad.cpu import native_bf16
-from mtad.distill import objectives as O
-from mtad.distill.data import Buffer, collate, make_batches
+from mtad_train import objectives as O
+from mtad_train.data import Buffer, collate, make_batches
 
 
 def autocast_ctx(args):

@@ -8,7 +8,7 @@ Nothing training needs lives only on a machine's disk:
 * **teacher signal on the fly**: every step runs the target over its sequences (bfloat16 where
   the CPU has it natively, :func:`mtad.cpu.choose_dtype`) and takes the final normed state and
   the top-k next-token log-probabilities there, the same quantities the stored shards of
-  :mod:`mtad.distill.features` hold, so :func:`mtad.distill.head_train.step_loss` trains on it
+  :mod:`mtad_train.features` hold, so :func:`mtad_train.head_train.step_loss` trains on it
   unchanged;
 * **the data**: committed uint16 id files (:class:`Source`), each with a weight and its own
   seeded permutation per epoch; the cursor says, per source, which epoch and how far, and a
@@ -17,7 +17,7 @@ Nothing training needs lives only on a machine's disk:
 * **a local checkpoint** (fp32 weights, the optimiser, the cursor) under ``ckpt_dir`` every few
   minutes is a pure speed-up: resumed when it descends from the committed export, ignored
   otherwise (a wiped disk resumes from the committed folder with a fresh optimiser warm-up);
-* the held-out features (:mod:`mtad.distill.head_eval`'s input) are a cache, rebuilt by a
+* the held-out features (:mod:`mtad_train.head_eval`'s input) are a cache, rebuilt by a
   teacher pass over the committed held-out ids when absent.
 
 The learning rate is constant after a warm-up (no schedule that restarts per session, so
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtad.distill.head_train import (
+from mtad.engine.feature_head import FeatureHead
+from mtad_train.head_train import (
     HeadTrainConfig,
     SeqRef,
     column_map,
@@ -47,7 +48,6 @@ from mtad.distill.head_train import (
     micro_batches,
     step_loss,
 )
-from mtad.engine.feature_head import FeatureHead
 
 TRAINING_DIR = "training"
 STATE_FILE = "state.json"
@@ -185,7 +185,7 @@ def teacher_batch(
     topk: int,
     prompt_weight: float,
 ) -> dict[str, Any]:
-    """The batch :func:`mtad.distill.head_train.collate` builds from stored shards, computed
+    """The batch :func:`mtad_train.head_train.collate` builds from stored shards, computed
     now: right-padded tokens, the target's final normed state (bfloat16, one "tap"), its top-k
     next-token log-probabilities and the per-position loss weights."""
     b, width = len(seqs), max(len(s) for s in seqs)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtad.distill import objectives as O
+from mtad_train import objectives as O
 
 
 def encode_item(tok, item) -> list[int]:
