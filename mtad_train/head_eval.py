@@ -25,6 +25,7 @@ from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
 from mtad_train import objectives as O
 from mtad_train.head_train import ShardData, collate, column_map, micro_batches
+from mtad_train.unroll import unrolled
 
 
 @torch.no_grad()
@@ -54,7 +55,7 @@ def depth_acceptance(
         L = b["tokens"].shape[1]
         pos = torch.arange(L)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            outs = head.unrolled(b["tokens"], head.fused(b["feats"]), depths)
+            outs = unrolled(head, b["tokens"], head.fused(b["feats"]), depths)
         for k, a in enumerate(outs, start=1):
             # response positions whose chain starts at or after the prompt's last token
             sel = (b["w"] > 0) & (pos[None] - (k - 1) >= (plens[:, None] - 1))

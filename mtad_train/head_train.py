@@ -4,7 +4,7 @@ The data are the shards of :mod:`mtad_train.features` (the target's tapped hidde
 top-k next-token log-probabilities at every position of a token corpus). One step:
 
 1. fuse the target's features of every position (``g_i``) and unroll the head over the sequence
-   at draft depths ``1..depths`` (:meth:`mtad.engine.feature_head.FeatureHead.unrolled`: depth 1
+   at draft depths ``1..depths`` (:func:`mtad_train.unroll.unrolled`: depth 1
    reads true features, depth ``k`` its own outputs of the ``k - 1`` positions before, with the
    attention the draft has then -- EAGLE-3's "training-time test", HASS's harmonised context);
 2. at every depth and position, the loss against the target's next-token distribution there:
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from mtad.engine.feature_head import FeatureHead
 from mtad_train import objectives as O
 from mtad_train.features import Shard, from_bf16_bits, load_shard
+from mtad_train.unroll import unrolled
 
 
 @dataclass
@@ -252,7 +253,7 @@ def step_loss(
     L = w_all.shape[1]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
         g = head.fused(batch["feats"])
-        outs = head.unrolled(batch["tokens"], g, cfg.depths)
+        outs = unrolled(head, batch["tokens"], g, cfg.depths)
     total = torch.zeros(())
     stats: dict[str, list[float]] = {"w": [], "kl": [], "overlap": []}
     pos = torch.arange(L)
