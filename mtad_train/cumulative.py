@@ -45,9 +45,10 @@ from mtad_train.head_train import (
     SeqRef,
     column_map,
     make_optimizer,
-    micro_batches,
+    ref_batches,
     step_loss,
 )
+from mtad_train.ids import read_ids
 
 TRAINING_DIR = "training"
 STATE_FILE = "state.json"
@@ -123,11 +124,8 @@ class Source:
     @classmethod
     def load(cls, spec: str, max_len: int) -> Source:
         path, _, w = spec.partition("=")
-        z = np.load(path)
-        toks, lens, plens = z["tokens"], z["lens"], z["plens"]
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        seqs = [toks[s : s + min(int(n), max_len)] for s, n in zip(starts, lens, strict=True)]
-        return cls(path, float(w or 1.0), seqs, [int(p) for p in plens])
+        ids = read_ids(path)
+        return cls(path, float(w or 1.0), [s[:max_len] for s in ids.seqs], ids.plens)
 
     @property
     def name(self) -> str:
@@ -363,7 +361,7 @@ def run_session(
         opt.zero_grad(set_to_none=True)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         batches = []
-        for mb in micro_batches(refs, cfg.micro_tokens):
+        for mb in ref_batches(refs, cfg.micro_tokens):
             seqs = [sources[r.shard].seqs[r.index] for r in mb]
             plens = [
                 min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)

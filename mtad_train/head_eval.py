@@ -24,7 +24,7 @@ import torch
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
 from mtad_train import objectives as O
-from mtad_train.head_train import ShardData, collate, column_map, micro_batches
+from mtad_train.head_train import ShardData, collate, column_map, ref_batches
 from mtad_train.unroll import unrolled
 
 
@@ -46,7 +46,7 @@ def depth_acceptance(
     sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     prompts: dict[str, int] = defaultdict(int)
-    for refs_b in micro_batches(data.refs(), micro_tokens):
+    for refs_b in ref_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:
@@ -115,7 +115,7 @@ def model_draft_acceptance(
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     prompts: dict[str, int] = defaultdict(int)
-    for refs_b in micro_batches(data.refs(), micro_tokens):
+    for refs_b in ref_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:

@@ -36,13 +36,17 @@ import torch.nn.functional as F
 
 from mtad.engine.feature_head import FeatureHead
 from mtad_train import objectives as O
+from mtad_train.batches import micro_batches
+from mtad_train.cli import opt
 from mtad_train.features import Shard, from_bf16_bits, load_shard
 from mtad_train.unroll import unrolled
 
 
 @dataclass
 class HeadTrainConfig:
-    depths: int = 4  # draft depths trained (the decoding gamma the head serves)
+    """How a head is optimised (its fields are also ``scripts/train_head.py train``'s options)."""
+
+    depths: int = opt(4, help="draft depths trained (the decoding gamma the head serves)")
     depth_weights: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0, 1.0])
     epochs: float = 2.0
     lr: float = 1e-3
@@ -56,14 +60,17 @@ class HeadTrainConfig:
     overlap_weight: float = 1.0
     kl_weight: float = 1.0
     # smooth-L1 regression of the head's output on the target's final normed state at the same
-    # position (EAGLE-1/2, HASS), in units of that state's RMS; heads that read it (tap -1)
-    reg_weight: float = 0.0
+    # position (EAGLE-1/2, HASS), in units of that state's RMS; only for heads that read it (tap
+    # -1: batches of the final state), ignored for heads over tapped layers
+    reg_weight: float = opt(1.0, help="heads reading tap -1")
     feature_rms: float = 1.0
-    deep_fraction: float = 1.0  # share of positions scored at depths >= 2
+    deep_fraction: float = opt(1.0, help="share of positions scored at depths >= 2")
     seed: int = 0
-    source_repeats: dict[str, int] = field(default_factory=dict)  # shard dir -> passes per epoch
+    # shard dir -> passes per epoch (``--repeat FOLDER=N`` at the command line)
+    source_repeats: dict[str, int] = opt(default_factory=dict, cli=False)
     ckpt_every_s: float = 300.0
-    autocast: bool = True  # bfloat16 matmuls (CPUs with native bfloat16, GPUs)
+    # bfloat16 matmuls (CPUs with native bfloat16, GPUs); ``--autocast auto|bf16|off`` resolves it
+    autocast: bool = opt(True, cli=False)
 
     def __post_init__(self) -> None:
         if len(self.depth_weights) < self.depths:
@@ -132,17 +139,12 @@ def epoch_steps(refs: list[SeqRef], cfg: HeadTrainConfig, epoch: int) -> list[li
     return steps
 
 
-def micro_batches(step: list[SeqRef], micro_tokens: int) -> list[list[SeqRef]]:
-    """Sequences of one step sorted by length and packed into <= micro_tokens padded cells."""
-    out, cur = [], []
-    for r in sorted(step, key=lambda r: (r.length, r.shard, r.index)):
-        if cur and (len(cur) + 1) * r.length > micro_tokens:
-            out.append(cur)
-            cur = []
-        cur.append(r)
-    if cur:
-        out.append(cur)
-    return out
+def ref_batches(step: list[SeqRef], micro_tokens: int) -> list[list[SeqRef]]:
+    """Sequences of one step in micro-batches of <= micro_tokens padded cells (ties in length
+    by shard and index: the order does not depend on the step's)."""
+    return micro_batches(
+        step, micro_tokens, length=lambda r: r.length, order=lambda r: (r.length, r.shard, r.index)
+    )
 
 
 def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[str, torch.Tensor]:
@@ -272,7 +274,7 @@ def step_loss(
         loss, kl, ov = head_loss(
             logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight, cfg.kl_weight
         )
-        if cfg.reg_weight:
+        if cfg.reg_weight and batch["final"] == "final":
             # the feature the head reads at the next position is its own output: regress it
             # onto the target's (the final normed state, "feats" of a tap -1 head)
             target = batch["feats"][:, :, 0][sel].float() / cfg.feature_rms
@@ -362,7 +364,7 @@ def train(
             opt.zero_grad(set_to_none=True)
             micro = [
                 collate(data, mb, cfg.prompt_weight)
-                for mb in micro_batches(steps[state.cursor], cfg.micro_tokens)
+                for mb in ref_batches(steps[state.cursor], cfg.micro_tokens)
             ]
             norm = sum(float(b["w"].sum()) for b in micro)
             sums: dict[str, np.ndarray] = {}
