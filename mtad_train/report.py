@@ -9,12 +9,16 @@ import os
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
 
 from mtad_train.data import write_parts
 from mtad_train.drafts import DraftSpec
+
+if TYPE_CHECKING:
+    from mtad_train.config import DistillConfig
 
 ACCEPT_BAR, ACCEPT_GOAL = 0.45, 0.55  # held-out expected acceptance the draft must reach (#17)
 
@@ -147,7 +151,9 @@ def write_report(
     path.write_text("\n".join(lines))
 
 
-def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, final: bool):
+def export(
+    cfg: DistillConfig, out: Path, specs, drafts, recipe, history, metrics, overlap, final: bool
+):
     out.mkdir(parents=True, exist_ok=True)
     for spec, d in zip(specs, drafts, strict=True):
         folder = out / spec.name
@@ -157,13 +163,13 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
             for k, v in d.state_dict().items()
             if k != "lm_head.weight"
         }
-        cfg = d.config.to_dict()
-        cfg["dtype"] = "bfloat16"
-        cfg["architectures"] = ["LlamaForCausalLM"]
+        config = d.config.to_dict()
+        config["dtype"] = "bfloat16"
+        config["architectures"] = ["LlamaForCausalLM"]
         tmp = folder / "model.safetensors.tmp"
         save_file(sd, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / "model.safetensors")
-        (folder / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
         r = {**recipe, "draft": asdict(spec), "final": final}
         (folder / "recipe.json").write_text(json.dumps(r, indent=2, default=str))
         if metrics:
@@ -181,8 +187,8 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
         if history:
             plot_losses(history, specs, folder / "loss_curve.png", spec.name)
     (out / "history.json").write_text(json.dumps(history))
-    if args.transport_dir:
-        transport(out, Path(args.transport_dir), specs, args.transport_chunk_mib)
+    if cfg.transport_dir:
+        transport(out, Path(cfg.transport_dir), specs, cfg.transport_chunk_mib)
 
 
 def transport(out: Path, tdir: Path, specs, chunk_mib: float):
