@@ -414,6 +414,6 @@ class Distillation:
 
 
 def distil(cfg: DistillConfig) -> dict:
-    """Run a distillation from parsed ``scripts/distill_draft.py`` arguments; returns the final
+    """Run a distillation (the options of ``scripts/distill_draft.py``); returns the final
     held-out metrics ``{draft: {kind: metrics}}``."""
     return Distillation(cfg).run()
