@@ -45,8 +45,8 @@ from mtad_train.head_train import (
     SeqRef,
     column_map,
     make_optimizer,
+    optimiser_step,
     ref_batches,
-    step_loss,
 )
 from mtad_train.ids import read_ids
 
@@ -354,11 +354,8 @@ def run_session(
     while True:
         t0 = time.perf_counter()
         lr = lr_constant(cfg.lr, cfg.warmup_steps, steps_here)
-        for group in opt.param_groups:
-            group["lr"] = lr
         picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
         refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
-        opt.zero_grad(set_to_none=True)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         batches = []
         for mb in ref_batches(refs, cfg.micro_tokens):
@@ -367,23 +364,14 @@ def run_session(
                 min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
             ]
             batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
-        norm = sum(float(b["w"].sum()) for b in batches)
-        overlap = np.zeros(cfg.depths)
-        wsum = np.zeros(cfg.depths)
-        for b in batches:
-            loss, st = step_loss(head, b, tcfg, cols, gen)
-            (loss / norm).backward()
-            overlap += np.array(st["overlap"])
-            wsum += np.array(st["w"])
-        torch.nn.utils.clip_grad_norm_(head.parameters(), tcfg.grad_clip)
-        opt.step()
+        sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
         state.steps += 1
         steps_here += 1
-        state.positions += int(sum(int((b["w"] > 0).sum()) for b in batches))
+        state.positions += positions
         dt = time.perf_counter() - t0
         state.seconds += dt
         if steps_here % 10 == 0 or steps_here <= 3:
-            ov = (overlap / np.maximum(wsum, 1e-9)).round(3).tolist()
+            ov = (sums["overlap"] / np.maximum(sums["w"], 1e-9)).round(3).tolist()
             log(
                 f"step {state.steps} pos {state.positions} {dt:.1f}s/step lr {lr:.1e} "
                 f"train overlap by depth {ov}"

@@ -288,6 +288,32 @@ def step_loss(
     return total, stats
 
 
+def optimiser_step(
+    head: FeatureHead,
+    opt: torch.optim.Optimizer,
+    cfg: HeadTrainConfig,
+    batches: list[dict[str, torch.Tensor]],
+    cols: torch.Tensor | None,
+    lr: float,
+    gen: torch.Generator | None,
+) -> tuple[dict[str, np.ndarray], int]:
+    """One AdamW step at ``lr`` over the micro-batches of a step, the loss normalised by their
+    total weight: per-depth sums of weight, KL and overlap, and the positions trained."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    norm = sum(float(b["w"].sum()) for b in batches)
+    sums: dict[str, np.ndarray] = {}
+    for b in batches:
+        loss, st = step_loss(head, b, cfg, cols, gen)
+        (loss / norm).backward()
+        for key, vals in st.items():
+            sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)
+    torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+    opt.step()
+    return sums, int(sum(int((b["w"] > 0).sum()) for b in batches))
+
+
 @dataclass
 class TrainState:
     step: int = 0
@@ -296,6 +322,24 @@ class TrainState:
     positions: int = 0  # weighted token-positions trained on (depth 1)
     seconds: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, lr: float, sums: dict[str, np.ndarray], positions: int, dt: float):
+        """Count one step done (``dt`` seconds, ``positions`` trained) and its history row."""
+        self.step += 1
+        self.cursor += 1
+        self.positions += positions
+        self.seconds += dt
+        w = np.maximum(sums["w"], 1e-9)
+        rec = {
+            "step": self.step,
+            "positions": self.positions,
+            "seconds": self.seconds,
+            "lr": lr,
+            "kl": (sums["kl"] / w).round(4).tolist(),
+            "overlap": (sums["overlap"] / w).round(4).tolist(),
+        }
+        self.history.append(rec)
+        return rec
 
 
 def save_checkpoint(folder: Path, head: FeatureHead, opt, state: TrainState) -> None:
@@ -324,6 +368,18 @@ def make_optimizer(head: FeatureHead, cfg: HeadTrainConfig) -> torch.optim.Optim
     )
 
 
+def _start(head: FeatureHead, cfg: HeadTrainConfig, folder: Path, log: Callable[[str], None]):
+    """The optimiser and the state to go on from (the checkpoint in ``folder``, if any)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    head.train()
+    opt = make_optimizer(head, cfg)
+    state = load_checkpoint(folder, head, opt) or TrainState()
+    if state.step:
+        log(f"resumed at step {state.step} (epoch {state.epoch}, cursor {state.cursor})")
+    return opt, state
+
+
 def train(
     head: FeatureHead,
     data: ShardData,
@@ -340,13 +396,7 @@ def train(
     checkpoint. ``max_steps`` / ``time_budget_s`` stop early (a checkpoint is written first);
     ``on_export`` is called every ``export_every_s`` seconds of training and at the end."""
     folder = Path(ckpt_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    head.train()
-    opt = make_optimizer(head, cfg)
-    state = load_checkpoint(folder, head, opt) or TrainState()
-    if state.step:
-        log(f"resumed at step {state.step} (epoch {state.epoch}, cursor {state.cursor})")
+    opt, state = _start(head, cfg, folder, log)
     refs = data.refs()
     per_epoch = len(epoch_steps(refs, cfg, 0))
     total = max(1, int(round(cfg.epochs * per_epoch)))
@@ -359,37 +409,13 @@ def train(
         while state.cursor < len(steps) and state.step < total:
             t0 = time.perf_counter()
             lr = lr_at(cfg, state.step, total)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
             micro = [
                 collate(data, mb, cfg.prompt_weight)
                 for mb in ref_batches(steps[state.cursor], cfg.micro_tokens)
             ]
-            norm = sum(float(b["w"].sum()) for b in micro)
-            sums: dict[str, np.ndarray] = {}
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
-            for b in micro:
-                loss, st = step_loss(head, b, cfg, cols, gen)
-                (loss / norm).backward()
-                for key, vals in st.items():
-                    sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)
-            torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
-            opt.step()
-            state.step += 1
-            state.cursor += 1
-            state.positions += int(sum(int((b["w"] > 0).sum()) for b in micro))
-            state.seconds += time.perf_counter() - t0
-            w = np.maximum(sums["w"], 1e-9)
-            rec = {
-                "step": state.step,
-                "positions": state.positions,
-                "seconds": state.seconds,
-                "lr": lr,
-                "kl": (sums["kl"] / w).round(4).tolist(),
-                "overlap": (sums["overlap"] / w).round(4).tolist(),
-            }
-            state.history.append(rec)
+            sums, positions = optimiser_step(head, opt, cfg, micro, cols, lr, gen)
+            rec = state.record(lr, sums, positions, time.perf_counter() - t0)
             if on_step:
                 on_step(state, rec)
             steps_here += 1
