@@ -57,6 +57,42 @@ class Distillation:
         self.log = log = tqdm.write
 
         self.pool = prepare_pool(cfg, log)
+        self.load_models()
+        self.buf = Buffer()
+        self.history: list[dict] = []
+        self.step = self.cursor = self.gen_batches = self.train_tokens = 0
+        self.finished_chats: list[tuple[dict, list[int]]] = []
+        self.elapsed_before = 0.0
+        resumed_loop_start = None
+        self.ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else None
+        if self.ckpt_dir and (st := load_ckpt(self.ckpt_dir)):
+            resumed_loop_start = self.resume(st)
+        self.load_data_in()
+
+        # held-out sets (target responses generated once)
+        t0 = time.perf_counter()
+        self.eval_sets = build_eval_sets(
+            HeldoutPlan.of(cfg), self.target, self.tok, self.pool["heldout"]
+        )
+        log(
+            f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
+        # prompts whose responses are already in the buffer (loaded with --data-in, or
+        # generated before a resume) are not generated again: a continued run draws new ones
+        self.seen_prompts = {
+            tuple(q[:n])
+            for q, n, k in zip(self.buf.seqs, self.buf.plens, self.buf.kinds, strict=True)
+            if k != "followup"
+        }
+        self.recipe = self.make_recipe()
+        # the schedule (gen phase, lr decay) spans the loop, not the set-up
+        self.loop_start = resumed_loop_start if resumed_loop_start is not None else self.elapsed()
+        self.metrics: dict = {}
+
+    def load_models(self) -> None:
+        """The frozen target, the drafts (from ``--init-from`` when given), their optimisers."""
+        cfg, log = self.cfg, self.log
         self.target, self.tok = load_target(cfg)
         log(
             f"target loaded ({time.perf_counter() - self.t_start:.1f} s): "
@@ -72,15 +108,9 @@ class Distillation:
         for s, d in zip(self.specs, self.drafts, strict=True):
             log(f"draft {s.name}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M params")
 
-        self.buf = Buffer()
-        self.history: list[dict] = []
-        self.step = self.cursor = self.gen_batches = self.train_tokens = 0
-        self.finished_chats: list[tuple[dict, list[int]]] = []
-        self.elapsed_before = 0.0
-        resumed_loop_start = None
-        self.ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else None
-        if self.ckpt_dir and (st := load_ckpt(self.ckpt_dir)):
-            resumed_loop_start = self.resume(st)
+    def load_data_in(self) -> None:
+        """``--data-in`` into an empty buffer, and the target's top-k where data lack it."""
+        cfg, log = self.cfg, self.log
         if cfg.data_in and not self.buf.seqs:
             for f in cfg.data_in:
                 n0 = len(self.buf.seqs)
@@ -105,27 +135,6 @@ class Distillation:
                 # nothing (the loop has not started: a resume starts its schedule afresh)
                 self.loop_start = None
                 self.checkpoint()
-
-        # held-out sets (target responses generated once)
-        t0 = time.perf_counter()
-        self.eval_sets = build_eval_sets(
-            HeldoutPlan.of(cfg), self.target, self.tok, self.pool["heldout"]
-        )
-        log(
-            f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
-            f"({time.perf_counter() - t0:.1f} s)"
-        )
-        # prompts whose responses are already in the buffer (loaded with --data-in, or
-        # generated before a resume) are not generated again: a continued run draws new ones
-        self.seen_prompts = {
-            tuple(q[:n])
-            for q, n, k in zip(self.buf.seqs, self.buf.plens, self.buf.kinds, strict=True)
-            if k != "followup"
-        }
-        self.recipe = self.make_recipe()
-        # the schedule (gen phase, lr decay) spans the loop, not the set-up
-        self.loop_start = resumed_loop_start if resumed_loop_start is not None else self.elapsed()
-        self.metrics: dict = {}
 
     def resume(self, st: dict) -> float | None:
         for d, sd in zip(self.drafts, st["drafts"], strict=True):
@@ -224,27 +233,8 @@ class Distillation:
         chats) into the buffer; on CUDA out-of-memory, halve the batch and give the prompts back."""
         cfg, tok, rng = self.cfg, self.tok, self.rng
         greedy = rng.random() < cfg.gen_greedy_frac
-        batch_items, prompts = [], []
         cursor_at_start = self.cursor
-        n_follow = int(cfg.gen_batch_size * cfg.followup_frac) if self.finished_chats else 0
-        while len(prompts) < cfg.gen_batch_size - n_follow:
-            it = self.pool["train"][self.cursor % len(self.pool["train"])]
-            self.cursor += 1
-            p = encode_item(tok, it)
-            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in self.seen_prompts:
-                self.seen_prompts.add(tuple(p))
-                batch_items.append(it)
-                prompts.append(p)
-        for _ in range(n_follow):
-            it, resp = self.finished_chats[rng.randrange(len(self.finished_chats))]
-            msgs = it["messages"] + [
-                {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
-                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
-            ]
-            p = encode_item(tok, {"messages": msgs})
-            if len(p) <= cfg.max_seq_tokens - cfg.gen_max_new:
-                batch_items.append({"kind": "followup", "messages": msgs})
-                prompts.append(p)
+        batch_items, prompts = self.draw_prompts()
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         tg = time.perf_counter()
         try:
@@ -272,18 +262,7 @@ class Distillation:
             r = resps[j]
             self.buf.add(prompts[i], r, batch_items[i]["kind"], greedy, teach[j])
             new += len(r)
-            it = batch_items[i]
-            if (
-                "messages" in it
-                and it["kind"] != "followup"
-                and "assistant_prefix" not in it
-                and r
-                and r[-1] == tok.eos_token_id
-                and len(r) < 300
-            ):
-                self.finished_chats.append((it, r))
-                if len(self.finished_chats) > 4096:
-                    self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
+            self.keep_finished(batch_items[i], r)
         if cfg.teacher_topk and cfg.prompt_weight > 0:
             # generation computed no logits at the prompt positions: one teacher-forced pass
             fill_teacher(
@@ -301,6 +280,48 @@ class Distillation:
             f"{len(prompts)} prompts, {new} tokens in {dt:.1f} s ({new / dt:.0f} tok/s); "
             f"total {self.buf.gen_tokens} tokens"
         )
+
+    def draw_prompts(self) -> tuple[list[dict], list[list[int]]]:
+        """The next pool prompts not seen before (advancing the cursor), plus follow-up turns
+        of finished chats: ``(items, prompt ids)``."""
+        cfg, tok, rng = self.cfg, self.tok, self.rng
+        batch_items, prompts = [], []
+        n_follow = int(cfg.gen_batch_size * cfg.followup_frac) if self.finished_chats else 0
+        while len(prompts) < cfg.gen_batch_size - n_follow:
+            it = self.pool["train"][self.cursor % len(self.pool["train"])]
+            self.cursor += 1
+            p = encode_item(tok, it)
+            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in self.seen_prompts:
+                self.seen_prompts.add(tuple(p))
+                batch_items.append(it)
+                prompts.append(p)
+        for _ in range(n_follow):
+            it, resp = self.finished_chats[rng.randrange(len(self.finished_chats))]
+            msgs = it["messages"] + [
+                {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
+                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
+            ]
+            p = encode_item(tok, {"messages": msgs})
+            if len(p) <= cfg.max_seq_tokens - cfg.gen_max_new:
+                batch_items.append({"kind": "followup", "messages": msgs})
+                prompts.append(p)
+        return batch_items, prompts
+
+    def keep_finished(self, it: dict, r: list[int]) -> None:
+        """A single-turn chat the target finished (EOS, under 300 tokens) may get a follow-up
+        turn later (at most 4096 kept, a random one dropped beyond)."""
+        tok, rng = self.tok, self.rng
+        if (
+            "messages" in it
+            and it["kind"] != "followup"
+            and "assistant_prefix" not in it
+            and r
+            and r[-1] == tok.eos_token_id
+            and len(r) < 300
+        ):
+            self.finished_chats.append((it, r))
+            if len(self.finished_chats) > 4096:
+                self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
 
     def training_step(self) -> dict | None:
         """One step of every draft; None when CUDA ran out of memory (micro-batches halved)."""
