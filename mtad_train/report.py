@@ -52,15 +52,8 @@ def plot_losses(history: list[dict], specs, path: Path, name: str):
     plt.close(fig)
 
 
-def write_report(
-    path: Path,
-    spec: DraftSpec,
-    recipe: dict,
-    metrics: dict,
-    overlap: dict,
-    n_params: int,
-    size_bytes: int,
-):
+def _header_lines(spec: DraftSpec, recipe: dict, n_params: int, size_bytes: int) -> list[str]:
+    """The title and the draft's facts: architecture, objective, data, wall time."""
     gpus = recipe["env"]["hardware"]["gpus"]  # mtad.harness.results.environment()
     hw = recipe["env"]["hardware"]
     cpu = f"CPU ({hw.get('processor') or 'unknown'}, {hw.get('torch_threads')} torch thread(s))"
@@ -93,6 +86,13 @@ def write_report(
         f"- Wall time {recipe['plan']['wall_s']:.0f} s on {device}; "
         f"seed {recipe['seed']}; commit {recipe['git_commit'][:12]}.",
         "",
+    ]
+    return lines
+
+
+def _quality_lines(recipe: dict, metrics: dict) -> list[str]:
+    """The held-out table by prompt kind and the evaluation kinds' verdict against the bar."""
+    lines = [
         "## Held-out quality (prompts never trained on)",
         "",
         "Expected acceptance = mean over response positions of sum_v min(p_w(v), q_w(v)) with both "
@@ -121,7 +121,12 @@ def write_report(
             f"(must hold >= {ACCEPT_BAR}: {'PASS' if acc >= ACCEPT_BAR else 'FAIL'}; "
             f"goal {ACCEPT_GOAL}).",
         ]
-    lines += [
+    return lines
+
+
+def _disjointness_lines(overlap: dict) -> list[str]:
+    """How the training pool was checked disjoint from every evaluation prompt; the recipe."""
+    return [
         "",
         "## Disjointness of the training pool from every evaluation prompt",
         "",
@@ -148,6 +153,19 @@ def write_report(
         "realised schedule, versions). Loss curve: `loss_curve.png`.",
         "",
     ]
+
+
+def write_report(
+    path: Path,
+    spec: DraftSpec,
+    recipe: dict,
+    metrics: dict,
+    overlap: dict,
+    n_params: int,
+    size_bytes: int,
+):
+    lines = _header_lines(spec, recipe, n_params, size_bytes)
+    lines += _quality_lines(recipe, metrics) + _disjointness_lines(overlap)
     path.write_text("\n".join(lines))
 
 

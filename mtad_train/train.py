@@ -63,42 +63,26 @@ def train_step(
     }
     need_tv = any(s.tv_weight > 0 for s in specs)
     for x, sel, ws, cached in cells:
-        # target-side quantities once per micro-batch, shared by every draft
-        with torch.no_grad():
-            if cached is not None:  # the target's top-k, stored when it generated the data
-                t_ids, t_topk = cached
-                t_logp = t_p = negent = None
-                t_arg = t_ids[:, 0]
-                t_warped = O.target_sparse_from_topk(t_ids, t_topk) if need_tv else None
-            else:
-                with autocast_ctx(cfg):
-                    th = target.model(input_ids=x).last_hidden_state[sel]
-                    t_logits = target.lm_head(th).float()
-                t_logp = torch.log_softmax(t_logits, -1)
-                t_p = t_logp.exp()
-                negent = (t_p * t_logp).sum(-1)
-                t_arg = t_logits.argmax(-1)
-                t_warped = O.target_sparse(t_logits) if need_tv else None
-                del t_logits, th
+        t = _teacher(cfg, target, x, sel, cached, need_tv)  # once, shared by every draft
         for spec, d in zip(specs, drafts, strict=True):
             with autocast_ctx(cfg):
                 dh = d.model(input_ids=x).last_hidden_state[sel]
                 d_logits = d.lm_head(dh).float()
             if cached is not None:
-                kl = O.topk_kl(t_ids, t_topk, d_logits)
+                kl = O.topk_kl(*cached, d_logits)
             else:
-                kl = O.forward_kl(t_logp, d_logits, negent, t_p)
+                kl = O.forward_kl(t["logp"], d_logits, t["negent"], t["p"])
             loss = (kl * ws).sum() / total_w
             a = acc[spec.name]
             if spec.tv_weight > 0:
-                ov = O.warped_overlap(None, d_logits, target_warped=t_warped)
+                ov = O.warped_overlap(None, d_logits, target_warped=t["warped"])
                 loss = loss + spec.tv_weight * ((1 - ov) * ws).sum() / total_w
                 a["tv"] += ((1 - ov.detach()) * ws).sum() / total_w
             loss.backward()
             a["kl"] += (kl.detach() * ws).sum() / total_w
-            a["agree"] += ((d_logits.detach().argmax(-1) == t_arg).float() * ws).sum() / total_w
+            a["agree"] += ((d_logits.detach().argmax(-1) == t["arg"]).float() * ws).sum() / total_w
             del d_logits, dh, kl, loss
-        del t_logp, t_p, negent, t_warped
+        del t
     for d, opt in zip(drafts, opts, strict=True):
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(d.parameters(), cfg.grad_clip)
@@ -106,6 +90,26 @@ def train_step(
     stats = {name: {k: float(v) for k, v in a.items()} for name, a in acc.items()}
     tokens = int(sum(int(sel.sum()) for _, sel, _, _ in cells))
     return stats, tokens
+
+
+@torch.no_grad()
+def _teacher(cfg: DistillConfig, target, x, sel, cached, need_tv: bool) -> dict:
+    """The target's side of a micro-batch's trained cells ``sel``: its stored top-k when the
+    data carry it (``cached``), else a target forward's log-probabilities; its greedy token and
+    (``need_tv``) its warped distribution."""
+    if cached is not None:  # the target's top-k, stored when it generated the data
+        t_ids, t_topk = cached
+        arg = t_ids[:, 0]
+        return {"arg": arg, "warped": O.target_sparse_from_topk(t_ids, t_topk) if need_tv else None}
+    with autocast_ctx(cfg):
+        th = target.model(input_ids=x).last_hidden_state[sel]
+        t_logits = target.lm_head(th).float()
+    t_logp = torch.log_softmax(t_logits, -1)
+    t_p = t_logp.exp()
+    negent = (t_p * t_logp).sum(-1)
+    arg = t_logits.argmax(-1)
+    warped = O.target_sparse(t_logits) if need_tv else None
+    return {"logp": t_logp, "p": t_p, "negent": negent, "arg": arg, "warped": warped}
 
 
 def cached_teacher(
