@@ -62,6 +62,28 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
     rng = random.Random(seed)
     items: list[dict] = []
 
+    _code_items(rng, items)
+    for task in T.CODE_TASKS:
+        for lang in T.LANGUAGES:
+            for tmpl in CODE_WRITE_FORMATS:
+                items.append(
+                    {
+                        "kind": "code_write",
+                        "source": "templated",
+                        "messages": chat(tmpl.format(l=lang, t=task.strip())),
+                    }
+                )
+
+    _command_items(rng, items)
+    _doc_items(rng, items)
+    n_chat = max(0, target_size - len(items))
+    items.extend(templated_chats(rng, max(n_chat, target_size // 3)))
+
+    return _numbered(rng, items)
+
+
+def _code_items(rng: random.Random, items: list[dict]) -> None:
+    """Completion, explanation and writing prompts over the standard library's functions."""
     funcs = [f for f in python_functions(stdlib_files()) if not SQL_RE.search(f["source"])]
     rng.shuffle(funcs)
     for i, f in enumerate(funcs):
@@ -105,17 +127,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
-    for task in T.CODE_TASKS:
-        for lang in T.LANGUAGES:
-            for tmpl in CODE_WRITE_FORMATS:
-                items.append(
-                    {
-                        "kind": "code_write",
-                        "source": "templated",
-                        "messages": chat(tmpl.format(l=lang, t=task.strip())),
-                    }
-                )
 
+def _command_items(rng: random.Random, items: list[dict]) -> None:
+    """Questions about the commands and packages of this disk (man pages, dpkg descriptions)."""
     man = man_summaries()
     dpkg = dpkg_descriptions()
     for name, summary, desc in man + dpkg:
@@ -130,6 +144,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
+
+def _doc_items(rng: random.Random, items: list[dict]) -> None:
+    """Paragraphs of /usr/share/doc: raw text and questions about it."""
     paras = doc_paragraphs()
     rng.shuffle(paras)
     for j, para in enumerate(paras):
@@ -144,10 +161,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
-    n_chat = max(0, target_size - len(items))
-    items.extend(templated_chats(rng, max(n_chat, target_size // 3)))
 
-    # de-duplicate, drop anything SQL-like, shuffle, number
+def _numbered(rng: random.Random, items: list[dict]) -> list[dict]:
+    """De-duplicated, anything SQL-like or over 6000 characters dropped, shuffled, numbered."""
     seen, out = set(), []
     for it in items:
         key = it.get("text") or it["messages"][0]["content"]

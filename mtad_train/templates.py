@@ -80,7 +80,14 @@ def _a(word: str) -> str:
 def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
     """``n`` templated chat instructions (writing, roleplay, explanations, reasoning and math),
     built combinatorially from the word lists of :mod:`mtad_train.topics`."""
-    gen = [
+    gen = _writing(rng) + _reasoning(rng)
+    for _ in range(n):
+        yield {"kind": "chat", "source": "templated", "messages": chat(rng.choice(gen)())}
+
+
+def _writing(rng: random.Random) -> list:
+    """Instruction makers: writing, roleplay, explanations."""
+    return [
         lambda: (
             f"Write {_a(rng.choice(T.STYLES))} {rng.choice(T.FORMS)} about {rng.choice(T.GENERAL_TOPICS).strip()}."
         ),
@@ -118,7 +125,12 @@ def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
         lambda: (
             f"Describe {rng.choice(T.GENERAL_TOPICS).strip()} in {_a(rng.choice(T.STYLES))} way."
         ),
-        # reasoning and math
+    ]
+
+
+def _reasoning(rng: random.Random) -> list:
+    """Instruction makers: reasoning and math."""
+    return [
         lambda: (
             lambda a, b, c: (
                 f"{rng.choice(T.NAMES)} has {a} {rng.choice(T.ITEMS)} and gives {b} to each of {c} friends. How many are left? Explain your reasoning."
@@ -161,5 +173,3 @@ def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
             rng.randint(1, 20), rng.randint(21, 200)
         ),
     ]
-    for _ in range(n):
-        yield {"kind": "chat", "source": "templated", "messages": chat(rng.choice(gen)())}
