@@ -324,22 +324,10 @@ def run_session(
     """Train ``head`` (float32, built for ``target``) from the committed state in ``cfg.head``
     (or the local checkpoint that descends from it) until the time budget or ``max_steps``;
     export to ``cfg.head`` every ``export_every_s`` and at the end, with a curve row."""
-    head_dir, ckpt = Path(cfg.head), Path(cfg.ckpt_dir)
-    tcfg = cfg.train_config(autocast)
-    committed = read_state(head_dir)
+    head_dir, ckpt, tcfg = Path(cfg.head), Path(cfg.ckpt_dir), cfg.train_config(autocast)
     head.train()
     opt = make_optimizer(head, tcfg)
-    resumed = _load_local(ckpt, committed)
-    if resumed is not None:
-        ck, state = resumed
-        head.load_state_dict(ck["head"])
-        opt.load_state_dict(ck["opt"])
-        log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
-    else:
-        state = committed
-        if (head_dir / WEIGHTS_FILE).is_file():
-            load_head_weights(head, head_dir)
-        log(f"resumed the committed head: step {state.steps}, {state.positions} positions")
+    state = _resume(head, opt, head_dir, ckpt, log)
     session = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "export_at_start": state.export,
@@ -354,16 +342,8 @@ def run_session(
     while True:
         t0 = time.perf_counter()
         lr = lr_constant(cfg.lr, cfg.warmup_steps, steps_here)
-        picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
-        refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
+        batches = _next_batches(cfg, target, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
-        batches = []
-        for mb in ref_batches(refs, cfg.micro_tokens):
-            seqs = [sources[r.shard].seqs[r.index] for r in mb]
-            plens = [
-                min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
-            ]
-            batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
         state.steps += 1
         steps_here += 1
@@ -382,19 +362,7 @@ def run_session(
         )
         if stop or now - last_export >= cfg.export_every_s:
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
-            export_head(head, head_dir, state)
-            row = {
-                "steps": state.steps,
-                "positions": state.positions,
-                "seconds": round(state.seconds, 1),
-                "session": session["started"],
-                **(host or {}),
-            }
-            if evaluate is not None:
-                row["heldout"] = evaluate(head)
-                head.train()
-                log("held-out " + _short(row["heldout"]))
-            append_curve(head_dir, row)
+            _export(head, head_dir, state, session["started"], host, evaluate, log)
             _save_local(ckpt, head, opt, state)
             last_export = last_ckpt = time.monotonic()
         elif now - last_ckpt >= cfg.ckpt_every_s:
@@ -403,6 +371,58 @@ def run_session(
         if stop:
             head.eval()
             return state
+
+
+def _next_batches(
+    cfg: CumulativeConfig, target, sources: Sequence[Source], state: CumulativeState
+) -> list[dict[str, Any]]:
+    """The next step's sequences (advancing the cursor) in micro-batches, with the target's
+    teacher signal computed now."""
+    picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
+    refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
+    batches = []
+    for mb in ref_batches(refs, cfg.micro_tokens):
+        seqs = [sources[r.shard].seqs[r.index] for r in mb]
+        plens = [
+            min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
+        ]
+        batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
+    return batches
+
+
+def _resume(head: FeatureHead, opt, head_dir: Path, ckpt: Path, log) -> CumulativeState:
+    """The state to go on from: the local checkpoint when it descends from the committed
+    export (weights and optimiser loaded), else the committed state and weights."""
+    committed = read_state(head_dir)
+    resumed = _load_local(ckpt, committed)
+    if resumed is not None:
+        ck, state = resumed
+        head.load_state_dict(ck["head"])
+        opt.load_state_dict(ck["opt"])
+        log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
+        return state
+    if (head_dir / WEIGHTS_FILE).is_file():
+        load_head_weights(head, head_dir)
+    log(f"resumed the committed head: step {committed.steps}, {committed.positions} positions")
+    return committed
+
+
+def _export(head, head_dir: Path, state: CumulativeState, started: str, host, evaluate, log):
+    """The head and its state into the committed folder, and a curve row (held-out
+    acceptance when ``evaluate`` is given)."""
+    export_head(head, head_dir, state)
+    row = {
+        "steps": state.steps,
+        "positions": state.positions,
+        "seconds": round(state.seconds, 1),
+        "session": started,
+        **(host or {}),
+    }
+    if evaluate is not None:
+        row["heldout"] = evaluate(head)
+        head.train()
+        log("held-out " + _short(row["heldout"]))
+    append_curve(head_dir, row)
 
 
 def _short(heldout: dict[str, Any]) -> str:
