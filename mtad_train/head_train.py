@@ -16,7 +16,7 @@ top-k next-token log-probabilities at every position of a token corpus). One ste
 
 The sequence order is a function of the seed and the epoch, and a checkpoint holds the weights,
 the optimiser, the step and the data cursor, written atomically every ``ckpt_every_s`` seconds:
-a killed run resumes to the weights the uninterrupted run reaches (``tests/test_head_train.py``).
+a killed run resumes to the weights the uninterrupted run reaches (``tests/test_feature_head.py``).
 """
 
 from __future__ import annotations
