@@ -431,13 +431,9 @@ def peak_rss_mib() -> float:
 def cpu_line() -> str:
     """The CPU every figure was measured on: model, the ISA level torch dispatches to, and
     whether it has native bf16 arithmetic and AMX tiles (Linux ``/proc/cpuinfo`` flags)."""
-    from mtad.engine.kernels import cpu_model
+    from mtad.runs.hardware import cpu_flags, cpu_model
 
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        flags = []
+    flags = cpu_flags()
     bf16 = "avx512_bf16" if "avx512_bf16" in flags else "no avx512_bf16"
     amx = "AMX" if any(f.startswith("amx") for f in flags) else "no AMX"
     return f"{cpu_model()} [{torch.backends.cpu.get_cpu_capability()}, {bf16}, {amx}]"

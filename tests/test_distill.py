@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtad.distill import objectives as O
-from mtad.distill.data import Buffer
-from mtad.distill.drafts import DraftSpec, build_draft
-from mtad.distill.overlap import filter_pool, normalise, overlap_report
-from mtad.distill.train import train_step
 from mtad.engine.warping import WarpConfig, warp_logprobs
+from mtad_train import objectives as O
+from mtad_train.data import Buffer
+from mtad_train.drafts import DraftSpec, build_draft
+from mtad_train.overlap import filter_pool, normalise, overlap_report
+from mtad_train.train import train_step
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _load_script():
-    """The command line (``parse_args``) lives in the script, the run in mtad.distill."""
+    """The command line (``parse_args``) lives in the script, the run in mtad_train."""
     spec = importlib.util.spec_from_file_location(
         "distill_draft", REPO / "scripts" / "distill_draft.py"
     )
@@ -92,8 +92,8 @@ def test_overlap_check_finds_and_filters_shared_ngrams():
 def test_pool_items_have_text_and_no_sql():
     import random
 
-    from mtad.distill.pool import SQL_RE, item_text
-    from mtad.distill.templates import templated_chats
+    from mtad_train.pool import SQL_RE, item_text
+    from mtad_train.templates import templated_chats
 
     items = list(templated_chats(random.Random(0), 200))
     assert all(item_text(it) and not SQL_RE.search(item_text(it)) for it in items)
@@ -152,3 +152,51 @@ def test_draft_spec_and_tiny_training_step():
         stats, ntok = train_step(args, target, [draft], [opt], [spec], buf, random.Random(0), 3e-3)
         losses.append(stats["X"]["kl"])
     assert ntok > 0 and losses[-1] < losses[0]
+
+
+def test_command_options_are_the_dataclasses_fields():
+    """Every training command's options come from its dataclass: the defaults parsed from an
+    empty command line are the dataclass's own (one place: HeadTrainConfig's reg_weight is what
+    ``train_head.py train`` gets), and lists of numbers take commas as before."""
+    import argparse
+    from dataclasses import asdict
+
+    from mtad_train.cli import subcommands
+    from mtad_train.config import DistillConfig, HeadTrainCommand
+    from mtad_train.head_commands import COMMANDS
+    from mtad_train.head_train import HeadTrainConfig
+
+    got = asdict(_load_script().parse_args(["--out", "o", "--max-steps", "1"]))
+    assert got == asdict(DistillConfig(out="o", max_steps=1))
+    with pytest.raises(ValueError, match="--init-from"):
+        DistillConfig(out="o", eval_only=True)
+    assert COMMANDS["train"][0] is HeadTrainCommand
+
+    def parse(*argv):  # the train command's config, not run
+        commands = {**COMMANDS, "train": (HeadTrainCommand, lambda c: c, "")}
+        return subcommands(argparse.ArgumentParser(), commands, ["train", *argv])
+
+    cfg = parse("--features", "f", "--out", "o", "--ckpt-dir", "c")
+    assert cfg.train == HeadTrainConfig() and cfg.train.reg_weight == 1.0
+    cfg = parse("--features", "f", "--out", "o", "--ckpt-dir", "c", "--depth-weights", "1,0.5")
+    assert cfg.train.depth_weights == [1.0, 0.5, 1.0, 1.0]  # padded to the depths
+
+
+def test_ids_file_round_trip_and_micro_batches(tmp_path):
+    """The data.npz layout written and read back (extras kept, responses after the prompt),
+    and the one micro-batcher: sorted by length (stable), padded cells within the budget."""
+    from mtad_train.batches import micro_batches
+    from mtad_train.ids import read_ids, read_kinds, write_ids
+
+    seqs, plens, kinds = [[1, 2, 3, 4], [5, 6], [7, 8, 9]], [2, 1, 1], ["a", "b", "a"]
+    for compress in (True, False):
+        path = tmp_path / f"d{int(compress)}.npz"
+        write_ids(path, seqs, plens, kinds, compress=compress, gen_tokens=4)
+        ids = read_ids(path)
+        assert ids.lists() == seqs and ids.plens == plens and ids.kinds == kinds
+        assert [r.tolist() for r in ids.responses()] == [[3, 4], [6], [8, 9]]
+        assert int(ids.extra["gen_tokens"]) == 4 and read_kinds(path) == kinds
+    lengths = [5, 3, 5, 1, 3]
+    batches = micro_batches(range(5), 10, length=lambda i: lengths[i])
+    assert batches == [[3, 1, 4], [0, 2]]
+    assert all(len(b) * max(lengths[i] for i in b) <= 10 for b in batches)

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mtad.distill import objectives as O
-from mtad.distill.data import Buffer, fill_teacher, topk_of_logits
+from mtad_train import objectives as O
+from mtad_train.data import Buffer, fill_teacher, topk_of_logits
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 14
@@ -235,8 +235,8 @@ def test_prompt_positions_train_on_the_stored_teacher_in_the_cells_order(tiny_ll
     positions, row by row, in the order of the micro-batch's ``w > 0`` cells."""
     from types import SimpleNamespace
 
-    from mtad.distill.data import collate
-    from mtad.distill.train import cached_teacher
+    from mtad_train.data import collate
+    from mtad_train.train import cached_teacher
 
     target, _ = tiny_llama
     buf = Buffer()

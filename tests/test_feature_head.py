@@ -21,6 +21,7 @@ from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model
 from mtad.engine.warping import WarpConfig, warp_logprobs
 from mtad.methods import build_method
+from mtad_train.unroll import unrolled
 
 TAPS = [1, 2, 3]
 DRAFT_METHODS = {
@@ -60,7 +61,7 @@ def head_pair(target, head):
 
 
 def test_training_unroll_equals_the_drafts_own_cache(tiny_target):
-    """Depth k of :meth:`FeatureHead.unrolled` at position i is the head after feeding true
+    """Depth k of :func:`mtad_train.unroll.unrolled` at position i is the head after feeding true
     features up to i - k + 1 and drafting the data tokens on its own outputs from there."""
     head = random_head(tiny_target)
     L, K = 11, 3
@@ -69,7 +70,7 @@ def test_training_unroll_equals_the_drafts_own_cache(tiny_target):
     with torch.no_grad():
         tiny_target(input_ids=toks)
         g = head.fused(tap.take())
-        outs = head.unrolled(toks, g, K)
+        outs = unrolled(head, toks, g, K)
         prev = torch.cat([torch.zeros_like(g[:, :1]), g[:, :-1]], dim=1)
         worst = 0.0
         for k in range(1, K + 1):
@@ -288,7 +289,7 @@ def test_final_norm_tap_reads_what_the_logits_head_reads(tiny_target):
 TRAIN_SCRIPT = r"""
 import sys, torch
 from pathlib import Path
-from mtad.distill.head_train import HeadTrainConfig, ShardData, train
+from mtad_train.head_train import HeadTrainConfig, ShardData, train
 from mtad.engine.feature_head import FeatureHead, HeadSpec
 from mtad.engine.tiny import build_tiny_model
 torch.set_num_threads(1)
@@ -310,7 +311,7 @@ print("steps", state.step)
 
 @pytest.fixture(scope="module")
 def tiny_shards(tmp_path_factory, tiny_target):
-    from mtad.distill.features import derive_final, teacher_pass
+    from mtad_train.features import derive_final, teacher_pass
 
     folder = tmp_path_factory.mktemp("shards")
     gen = torch.Generator().manual_seed(0)

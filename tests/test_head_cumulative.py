@@ -1,4 +1,4 @@
-"""Cumulative head training (mtad.distill.cumulative): the data cursor, and a session killed at
+"""Cumulative head training (mtad_train.cumulative): the data cursor, and a session killed at
 any point resumes from what the repository holds when the disk is wiped, continuing the curve.
 
 Tiny random target (byte vocabulary), a head built from it, ids written by the test."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mtad.distill.cumulative import (
+from mtad_train.cumulative import (
     CURVE_FILE,
     STATE_FILE,
     TRAINING_DIR,
@@ -79,7 +79,7 @@ SESSION = textwrap.dedent(
     """
     import sys, torch
     from pathlib import Path
-    from mtad.distill.cumulative import CumulativeConfig, Source, head_for_training, run_session
+    from mtad_train.cumulative import CumulativeConfig, Source, head_for_training, run_session
     from mtad.engine.tiny import build_tiny_model
 
     head_dir, ckpt, data, steps, export_s = sys.argv[1:6]

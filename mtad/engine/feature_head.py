@@ -5,7 +5,7 @@ EAGLE-2 (EMNLP 2024) drafts with the same head; EAGLE-3 (Li et al. 2025) fuses l
 high target layers and trains the head on its own outputs ("training-time test", as HASS, Zhang
 et al. 2024, does with its harmonised context alignment). This module is the head itself; the
 draft contract around it is :class:`mtad.engine.head_runner.HeadRunner`, training is
-:mod:`mtad.distill.head_train`.
+:mod:`mtad_train.head_train`.
 
 Position ``i`` of the head reads token ``t_i`` and a feature of position ``i - 1``: the target's
 (fused) hidden state ``g_{i-1}`` where the target has computed it, else the head's own output
@@ -23,7 +23,7 @@ learned ``fuse`` projection, an input norm, a final norm), and the published EAG
 norm, no final norm, ``fc`` with a bias), so ``yuhuili/EAGLE-llama2-chat-7B`` & co. load through
 the same code. The decoder layer is transformers' ``LlamaDecoderLayer`` (its parameters, its
 rotary embedding); attention is computed here, so that training can attend across draft depths
-(:meth:`FeatureHead.unrolled`) and inference can keep a transformers ``DynamicCache``.
+(:func:`mtad_train.unroll.unrolled`) and inference can keep a transformers ``DynamicCache``.
 """
 
 from __future__ import annotations
@@ -206,57 +206,6 @@ class FeatureHead(nn.Module):
             )
         return self._finish(x, out)
 
-    # --- training: every position at every draft depth, in parallel ------------------------------
-    def unrolled(
-        self, tokens: torch.Tensor, feats: torch.Tensor, depths: int
-    ) -> list[torch.Tensor]:
-        """Outputs ``a`` of every position at draft depths ``1..depths`` (training-time test).
-
-        ``tokens`` ``[b, L]``, ``feats`` ``[b, L, d]`` the fused target feature of each position.
-        Depth 1 reads true features (``g_{i-1}``); depth ``k`` at position ``i`` is what the head
-        computes when the target has verified up to position ``i - k + 1``: its input reads the
-        head's own depth-``k-1`` output at ``i - 1``, and it attends to the depth-1 entries of
-        positions ``<= i - k + 1`` plus the entries its own chain wrote at positions
-        ``i - k + 2 .. i`` (depth ``m`` at position ``i - k + m``), exactly the cache the draft
-        holds at that point (:meth:`step`). Outputs at positions ``i < k - 1`` are meaningless
-        (no chain starts before position 0); callers weight them zero.
-        """
-        b, L = tokens.shape
-        pos = torch.arange(L, device=tokens.device)
-        zero = feats.new_zeros(b, 1, feats.shape[-1])
-        prev = torch.cat([zero, feats[:, :-1]], dim=1)
-        causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril()
-        keys, values, outs = [], [], []
-        for k in range(1, depths + 1):
-            x = self.layer_input(tokens, prev)
-            q, kk, vv = self._qkv(x, pos)
-            keys.append(self._repeat_kv(kk))
-            values.append(self._repeat_kv(vv))
-            # scores against depth-1 keys of positions j <= i - (k - 1)
-            s1 = torch.matmul(q, keys[0].transpose(-1, -2)) * self.scaling  # [b, H, L, L]
-            allow = causal if k == 1 else torch.ones_like(causal).tril(-(k - 1))
-            s1 = s1.masked_fill(~allow, torch.finfo(s1.dtype).min)
-            diag_s, diag_v = [], []
-            for m in range(2, k + 1):  # the chain's own entries: depth m at position i - (k - m)
-                shift = k - m
-                km, vm = _shift_right(keys[m - 1], shift), _shift_right(values[m - 1], shift)
-                diag_s.append((q * km).sum(-1, keepdim=True) * self.scaling)  # [b, H, L, 1]
-                diag_v.append(vm)
-            if diag_s:
-                valid = pos[None, None, :, None] >= (k - 1)
-                ds = torch.cat(diag_s, dim=-1).masked_fill(~valid, torch.finfo(s1.dtype).min)
-                p = torch.softmax(torch.cat([s1, ds], dim=-1).float(), dim=-1).to(q.dtype)
-                out = torch.matmul(p[..., :L], values[0])
-                for j, vm in enumerate(diag_v):
-                    out = out + p[..., L + j : L + j + 1] * vm
-            else:
-                p = torch.softmax(s1.float(), dim=-1).to(q.dtype)
-                out = torch.matmul(p, values[0])
-            a = self._finish(x, out)
-            outs.append(a)
-            prev = torch.cat([zero.to(a.dtype), a[:, :-1]], dim=1)
-        return outs
-
     # --- a new head ------------------------------------------------------------------------------
     @classmethod
     def from_target(
@@ -271,7 +220,7 @@ class FeatureHead(nn.Module):
         * Reading the final normed state (tap -1, EAGLE-1/2's feature, no final norm): ``fc``
           passes the feature through and the layer starts as the identity (its output
           projections zero), so the head starts by repeating the previous position's state
-          and its regression onto the next one (:mod:`mtad.distill.head_train`) starts small.
+          and its regression onto the next one (:mod:`mtad_train.head_train`) starts small.
         * Reading fused tapped layers: ``fuse`` selects the last tap (the input of the target's
           last layer for the default taps) and the copied layer and final norm run on it.
 
@@ -318,14 +267,6 @@ class FeatureHead(nn.Module):
         cfg = {"head": asdict(self.spec), "layer": _layer_config(self.config)}
         cfg.update(extra or {})
         (folder / HEAD_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n")
-
-
-def _shift_right(t: torch.Tensor, shift: int) -> torch.Tensor:
-    """``t`` ``[b, H, L, hd]`` moved ``shift`` positions later along L (zeros in front)."""
-    if shift == 0:
-        return t
-    pad = t.new_zeros(*t.shape[:2], shift, t.shape[-1])
-    return torch.cat([pad, t[:, :, :-shift]], dim=2)
 
 
 LAYER_KEYS = (

@@ -3,7 +3,7 @@
 :class:`FeatureTap` keeps the outputs of chosen decoder layers of the last forward (tap ``-1``:
 the final normed hidden state, the feature EAGLE-1/2 heads read), for the engine's
 :class:`~mtad.engine.runner.FeatureStore` and for the teacher-forced training pass
-(:mod:`mtad.distill.features`). Hooks cost nothing but a reference per forward.
+(:mod:`mtad_train.features`). Hooks cost nothing but a reference per forward.
 """
 
 from __future__ import annotations

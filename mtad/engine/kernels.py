@@ -23,7 +23,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -31,23 +30,13 @@ from pathlib import Path
 
 import torch
 
+from mtad.runs.hardware import cpu_model
+
 CACHE_ENV = "MTAD_KERNEL_CACHE"
 FORMAT = 2  # bump when how a choice is measured changes: older tables are then remeasured
 ROUNDS = 4  # timed rounds per candidate after one warm-up round; the best round counts
 CLOSE = 0.15  # ... unless the two fastest are this close: then MORE_ROUNDS more, and the median
 MORE_ROUNDS = 8
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 @functools.cache

@@ -42,6 +42,7 @@ from mtad.engine.spec import (  # noqa: F401 (re-exported)
 )
 from mtad.engine.subvocab import read_vocab, restrict_vocab
 from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
+from mtad.runs.hardware import device_kind
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 assert tuple(DTYPES) == DTYPE_NAMES
@@ -105,10 +106,6 @@ class PlacementError(RuntimeError):
 # What a device_map may fill of a GPU's free memory: the rest is for KV caches and activations.
 GPU_HEADROOM_FRACTION = 0.1
 OFFLOAD_DEVICES = ("cpu", "disk", "meta")
-
-
-def device_kind(device: str | torch.device) -> str:
-    return str(device).split(":", 1)[0]
 
 
 def allowed_gpus(spec: ModelSpec, device: str) -> list[int]:

@@ -42,8 +42,8 @@ HARDWARE_KEYS: tuple[str, ...] = (
 )
 
 
-def device_kind(device: str) -> str:
-    """``cuda:1`` -> ``cuda``: the kind of a ``runtime.device`` string."""
+def device_kind(device: object) -> str:
+    """``cuda:1`` -> ``cuda``: the kind of a ``runtime.device`` string (or a ``torch.device``)."""
     return str(device).split(":", 1)[0]
 
 
@@ -64,7 +64,9 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere). The one
+    host probe: the run identity, the kernel table's cache key (:mod:`mtad.engine.kernels`) and
+    the benchmarks' CPU line read it here."""
     for line in _cpuinfo():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()

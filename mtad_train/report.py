@@ -9,12 +9,16 @@ import os
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
 
-from mtad.distill.data import write_parts
-from mtad.distill.drafts import DraftSpec
+from mtad_train.data import write_parts
+from mtad_train.drafts import DraftSpec
+
+if TYPE_CHECKING:
+    from mtad_train.config import DistillConfig
 
 ACCEPT_BAR, ACCEPT_GOAL = 0.45, 0.55  # held-out expected acceptance the draft must reach (#17)
 
@@ -48,15 +52,8 @@ def plot_losses(history: list[dict], specs, path: Path, name: str):
     plt.close(fig)
 
 
-def write_report(
-    path: Path,
-    spec: DraftSpec,
-    recipe: dict,
-    metrics: dict,
-    overlap: dict,
-    n_params: int,
-    size_bytes: int,
-):
+def _header_lines(spec: DraftSpec, recipe: dict, n_params: int, size_bytes: int) -> list[str]:
+    """The title and the draft's facts: architecture, objective, data, wall time."""
     gpus = recipe["env"]["hardware"]["gpus"]  # mtad.harness.results.environment()
     hw = recipe["env"]["hardware"]
     cpu = f"CPU ({hw.get('processor') or 'unknown'}, {hw.get('torch_threads')} torch thread(s))"
@@ -89,6 +86,13 @@ def write_report(
         f"- Wall time {recipe['plan']['wall_s']:.0f} s on {device}; "
         f"seed {recipe['seed']}; commit {recipe['git_commit'][:12]}.",
         "",
+    ]
+    return lines
+
+
+def _quality_lines(recipe: dict, metrics: dict) -> list[str]:
+    """The held-out table by prompt kind and the evaluation kinds' verdict against the bar."""
+    lines = [
         "## Held-out quality (prompts never trained on)",
         "",
         "Expected acceptance = mean over response positions of sum_v min(p_w(v), q_w(v)) with both "
@@ -117,7 +121,12 @@ def write_report(
             f"(must hold >= {ACCEPT_BAR}: {'PASS' if acc >= ACCEPT_BAR else 'FAIL'}; "
             f"goal {ACCEPT_GOAL}).",
         ]
-    lines += [
+    return lines
+
+
+def _disjointness_lines(overlap: dict) -> list[str]:
+    """How the training pool was checked disjoint from every evaluation prompt; the recipe."""
+    return [
         "",
         "## Disjointness of the training pool from every evaluation prompt",
         "",
@@ -144,10 +153,25 @@ def write_report(
         "realised schedule, versions). Loss curve: `loss_curve.png`.",
         "",
     ]
+
+
+def write_report(
+    path: Path,
+    spec: DraftSpec,
+    recipe: dict,
+    metrics: dict,
+    overlap: dict,
+    n_params: int,
+    size_bytes: int,
+):
+    lines = _header_lines(spec, recipe, n_params, size_bytes)
+    lines += _quality_lines(recipe, metrics) + _disjointness_lines(overlap)
     path.write_text("\n".join(lines))
 
 
-def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, final: bool):
+def export(
+    cfg: DistillConfig, out: Path, specs, drafts, recipe, history, metrics, overlap, final: bool
+):
     out.mkdir(parents=True, exist_ok=True)
     for spec, d in zip(specs, drafts, strict=True):
         folder = out / spec.name
@@ -157,13 +181,13 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
             for k, v in d.state_dict().items()
             if k != "lm_head.weight"
         }
-        cfg = d.config.to_dict()
-        cfg["dtype"] = "bfloat16"
-        cfg["architectures"] = ["LlamaForCausalLM"]
+        config = d.config.to_dict()
+        config["dtype"] = "bfloat16"
+        config["architectures"] = ["LlamaForCausalLM"]
         tmp = folder / "model.safetensors.tmp"
         save_file(sd, str(tmp), metadata={"format": "pt"})
         os.replace(tmp, folder / "model.safetensors")
-        (folder / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
         r = {**recipe, "draft": asdict(spec), "final": final}
         (folder / "recipe.json").write_text(json.dumps(r, indent=2, default=str))
         if metrics:
@@ -181,8 +205,8 @@ def export(args, out: Path, specs, drafts, recipe, history, metrics, overlap, fi
         if history:
             plot_losses(history, specs, folder / "loss_curve.png", spec.name)
     (out / "history.json").write_text(json.dumps(history))
-    if args.transport_dir:
-        transport(out, Path(args.transport_dir), specs, args.transport_chunk_mib)
+    if cfg.transport_dir:
+        transport(out, Path(cfg.transport_dir), specs, cfg.transport_chunk_mib)
 
 
 def transport(out: Path, tdir: Path, specs, chunk_mib: float):

@@ -16,13 +16,15 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
 
-from mtad.distill import objectives as O
-from mtad.distill import report
-from mtad.distill.data import (
+from mtad.harness.results import environment
+from mtad_train import objectives as O
+from mtad_train import report
+from mtad_train.data import (
     Buffer,
     encode_item,
     fill_teacher,
@@ -30,81 +32,48 @@ from mtad.distill.data import (
     load_data,
     save_data,
 )
-from mtad.distill.drafts import DraftSpec, build_draft, build_optimisers, init_from, load_target
-from mtad.distill.evaluate import build_eval_sets, evaluate
-from mtad.distill.prompts import FOLLOW_UPS, prepare_pool
-from mtad.distill.train import load_ckpt, lr_at, save_ckpt, train_step
-from mtad.harness.results import environment
+from mtad_train.drafts import build_draft, build_optimisers, init_from, load_target
+from mtad_train.evaluate import HeldoutPlan, build_eval_sets, evaluate
+from mtad_train.prompts import FOLLOW_UPS, prepare_pool
+from mtad_train.train import load_ckpt, lr_at, save_ckpt, train_step
+
+if TYPE_CHECKING:
+    from mtad_train.config import DistillConfig
 
 
 class Distillation:
     """The state of one run and its two kinds of iteration (a generation batch, a training
     step); :meth:`run` drives them and returns the last held-out metrics."""
 
-    def __init__(self, args) -> None:
-        self.args = args
+    def __init__(self, cfg: DistillConfig) -> None:
+        self.cfg = cfg
         self.t_start = time.perf_counter()
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        random.seed(args.seed)
-        torch.manual_seed(args.seed)
-        self.rng = random.Random(args.seed)
-        self.out = Path(args.out)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        self.rng = random.Random(cfg.seed)
+        self.out = Path(cfg.out)
         self.log = log = tqdm.write
 
-        self.pool = prepare_pool(args, log)
-        self.target, self.tok = load_target(args)
-        log(
-            f"target loaded ({time.perf_counter() - self.t_start:.1f} s): "
-            f"{sum(p.numel() for p in self.target.parameters()) / 1e6:.1f}M params on "
-            f"{args.device}"
-        )
-        self.specs = args.drafts
-        torch.manual_seed(args.seed)
-        self.drafts = [build_draft(s, self.target, args) for s in self.specs]
-        self.opts = build_optimisers(args, self.drafts)
-        if args.init_from:
-            init_from(args.init_from, self.specs, self.drafts, log, restrict=args.eval_only)
-        for s, d in zip(self.specs, self.drafts, strict=True):
-            log(f"draft {s.name}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M params")
-
+        self.pool = prepare_pool(cfg, log)
+        self.load_models()
         self.buf = Buffer()
         self.history: list[dict] = []
         self.step = self.cursor = self.gen_batches = self.train_tokens = 0
         self.finished_chats: list[tuple[dict, list[int]]] = []
         self.elapsed_before = 0.0
         resumed_loop_start = None
-        self.ckpt_dir = Path(args.ckpt_dir) if args.ckpt_dir else None
+        self.ckpt_dir = Path(cfg.ckpt_dir) if cfg.ckpt_dir else None
         if self.ckpt_dir and (st := load_ckpt(self.ckpt_dir)):
             resumed_loop_start = self.resume(st)
-        if args.data_in and not self.buf.seqs:
-            for f in args.data_in:
-                n0 = len(self.buf.seqs)
-                load_data(f, self.buf)
-                log(
-                    f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
-                    f"{self.buf.gen_tokens} tokens"
-                )
-        if args.teacher_topk:  # loaded data, or a state saved before teach_prompt existed
-            filled = fill_teacher(
-                self.buf,
-                self.target,
-                args.teacher_topk,
-                args.device,
-                args.micro_tokens,
-                log,
-                prompts=args.prompt_weight > 0,
-                progress=True,
-            )
-            if filled and self.ckpt_dir:
-                # the pass over loaded data can take an hour on a CPU: a kill after it loses
-                # nothing (the loop has not started: a resume starts its schedule afresh)
-                self.loop_start = None
-                self.checkpoint()
+        self.load_data_in()
 
         # held-out sets (target responses generated once)
         t0 = time.perf_counter()
-        self.eval_sets = build_eval_sets(args, self.target, self.tok, self.pool["heldout"])
+        self.eval_sets = build_eval_sets(
+            HeldoutPlan.of(cfg), self.target, self.tok, self.pool["heldout"]
+        )
         log(
             f"held-out sets: {[(e.kind, len(e.seqs)) for e in self.eval_sets]} "
             f"({time.perf_counter() - t0:.1f} s)"
@@ -120,6 +89,52 @@ class Distillation:
         # the schedule (gen phase, lr decay) spans the loop, not the set-up
         self.loop_start = resumed_loop_start if resumed_loop_start is not None else self.elapsed()
         self.metrics: dict = {}
+
+    def load_models(self) -> None:
+        """The frozen target, the drafts (from ``--init-from`` when given), their optimisers."""
+        cfg, log = self.cfg, self.log
+        self.target, self.tok = load_target(cfg)
+        log(
+            f"target loaded ({time.perf_counter() - self.t_start:.1f} s): "
+            f"{sum(p.numel() for p in self.target.parameters()) / 1e6:.1f}M params on "
+            f"{cfg.device}"
+        )
+        self.specs = cfg.drafts
+        torch.manual_seed(cfg.seed)
+        self.drafts = [build_draft(s, self.target, cfg) for s in self.specs]
+        self.opts = build_optimisers(cfg, self.drafts)
+        if cfg.init_from:
+            init_from(cfg.init_from, self.specs, self.drafts, log, restrict=cfg.eval_only)
+        for s, d in zip(self.specs, self.drafts, strict=True):
+            log(f"draft {s.name}: {sum(p.numel() for p in d.parameters()) / 1e6:.2f}M params")
+
+    def load_data_in(self) -> None:
+        """``--data-in`` into an empty buffer, and the target's top-k where data lack it."""
+        cfg, log = self.cfg, self.log
+        if cfg.data_in and not self.buf.seqs:
+            for f in cfg.data_in:
+                n0 = len(self.buf.seqs)
+                load_data(f, self.buf)
+                log(
+                    f"loaded {len(self.buf.seqs) - n0} sequences from {f}: "
+                    f"{self.buf.gen_tokens} tokens"
+                )
+        if cfg.teacher_topk:  # loaded data, or a state saved before teach_prompt existed
+            filled = fill_teacher(
+                self.buf,
+                self.target,
+                cfg.teacher_topk,
+                cfg.device,
+                cfg.micro_tokens,
+                log,
+                prompts=cfg.prompt_weight > 0,
+                progress=True,
+            )
+            if filled and self.ckpt_dir:
+                # the pass over loaded data can take an hour on a CPU: a kill after it loses
+                # nothing (the loop has not started: a resume starts its schedule afresh)
+                self.loop_start = None
+                self.checkpoint()
 
     def resume(self, st: dict) -> float | None:
         for d, sd in zip(self.drafts, st["drafts"], strict=True):
@@ -160,20 +175,13 @@ class Distillation:
         )
 
     def make_recipe(self) -> dict:
-        args, env = self.args, environment()
+        cfg, env = self.cfg, environment()
         return {
-            "target": args.target,
-            "target_dtype": args.target_dtype,
-            "seed": args.seed,
+            "target": cfg.target,
+            "target_dtype": cfg.target_dtype,
+            "seed": cfg.seed,
             "vocab_size": self.target.config.vocab_size,
-            "args": {
-                k: (
-                    [asdict(x) if isinstance(x, DraftSpec) else x for x in v]
-                    if isinstance(v, list)
-                    else v
-                )
-                for k, v in vars(args).items()
-            },
+            "args": asdict(cfg),  # every option (the drafts' specs as dicts)
             "warp": asdict(O.AUTHORS_WARP),
             "pool": self.pool["recipe"],
             "env": env,
@@ -187,7 +195,7 @@ class Distillation:
         return self.elapsed_before + time.perf_counter() - self.t_start
 
     def progress(self) -> float:
-        a = self.args
+        a = self.cfg
         if a.time_budget:
             return (self.elapsed() - self.loop_start) / max(
                 1.0, a.time_budget - a.final_reserve_s - self.loop_start
@@ -195,13 +203,13 @@ class Distillation:
         return self.step / max(1, a.max_steps)
 
     def gen_phase(self) -> bool:
-        a = self.args
+        a = self.cfg
         if a.time_budget:
             return self.progress() < a.gen_frac
         return self.step < a.gen_frac * a.max_steps
 
     def done(self) -> bool:
-        a = self.args
+        a = self.cfg
         if a.time_budget:
             return self.elapsed() >= a.time_budget - a.final_reserve_s
         return self.step >= a.max_steps
@@ -223,29 +231,10 @@ class Distillation:
     def generation_batch(self) -> None:
         """Target continuations of the next pool prompts (plus follow-up turns of finished
         chats) into the buffer; on CUDA out-of-memory, halve the batch and give the prompts back."""
-        args, tok, rng = self.args, self.tok, self.rng
-        greedy = rng.random() < args.gen_greedy_frac
-        batch_items, prompts = [], []
+        cfg, tok, rng = self.cfg, self.tok, self.rng
+        greedy = rng.random() < cfg.gen_greedy_frac
         cursor_at_start = self.cursor
-        n_follow = int(args.gen_batch_size * args.followup_frac) if self.finished_chats else 0
-        while len(prompts) < args.gen_batch_size - n_follow:
-            it = self.pool["train"][self.cursor % len(self.pool["train"])]
-            self.cursor += 1
-            p = encode_item(tok, it)
-            if len(p) <= args.max_prompt_tokens and tuple(p) not in self.seen_prompts:
-                self.seen_prompts.add(tuple(p))
-                batch_items.append(it)
-                prompts.append(p)
-        for _ in range(n_follow):
-            it, resp = self.finished_chats[rng.randrange(len(self.finished_chats))]
-            msgs = it["messages"] + [
-                {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
-                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
-            ]
-            p = encode_item(tok, {"messages": msgs})
-            if len(p) <= args.max_seq_tokens - args.gen_max_new:
-                batch_items.append({"kind": "followup", "messages": msgs})
-                prompts.append(p)
+        batch_items, prompts = self.draw_prompts()
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         tg = time.perf_counter()
         try:
@@ -253,46 +242,35 @@ class Distillation:
                 self.target,
                 tok,
                 [prompts[i] for i in order],
-                args.gen_max_new,
+                cfg.gen_max_new,
                 greedy,
-                args.device,
-                args.seed * 1_000_003 + self.gen_batches,
-                teacher_topk=args.teacher_topk,
+                cfg.device,
+                cfg.seed * 1_000_003 + self.gen_batches,
+                teacher_topk=cfg.teacher_topk,
             )
-            resps, teach = out if args.teacher_topk else (out, [None] * len(out))
+            resps, teach = out if cfg.teacher_topk else (out, [None] * len(out))
         except torch.OutOfMemoryError:
-            args.gen_batch_size = max(8, args.gen_batch_size // 2)
+            cfg.gen_batch_size = max(8, cfg.gen_batch_size // 2)
             # give the prompts back: the retry draws the same ones
             self.cursor = cursor_at_start
             self.seen_prompts.difference_update(tuple(p) for p in prompts)
             torch.cuda.empty_cache()
-            self.log(f"out of memory while generating: gen batch size -> {args.gen_batch_size}")
+            self.log(f"out of memory while generating: gen batch size -> {cfg.gen_batch_size}")
             return
         new = 0
         for j, i in enumerate(order):
             r = resps[j]
             self.buf.add(prompts[i], r, batch_items[i]["kind"], greedy, teach[j])
             new += len(r)
-            it = batch_items[i]
-            if (
-                "messages" in it
-                and it["kind"] != "followup"
-                and "assistant_prefix" not in it
-                and r
-                and r[-1] == tok.eos_token_id
-                and len(r) < 300
-            ):
-                self.finished_chats.append((it, r))
-                if len(self.finished_chats) > 4096:
-                    self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
-        if args.teacher_topk and args.prompt_weight > 0:
+            self.keep_finished(batch_items[i], r)
+        if cfg.teacher_topk and cfg.prompt_weight > 0:
             # generation computed no logits at the prompt positions: one teacher-forced pass
             fill_teacher(
                 self.buf,
                 self.target,
-                args.teacher_topk,
-                args.device,
-                args.micro_tokens,
+                cfg.teacher_topk,
+                cfg.device,
+                cfg.micro_tokens,
                 prompts=True,
             )
         self.gen_batches += 1
@@ -303,18 +281,60 @@ class Distillation:
             f"total {self.buf.gen_tokens} tokens"
         )
 
+    def draw_prompts(self) -> tuple[list[dict], list[list[int]]]:
+        """The next pool prompts not seen before (advancing the cursor), plus follow-up turns
+        of finished chats: ``(items, prompt ids)``."""
+        cfg, tok, rng = self.cfg, self.tok, self.rng
+        batch_items, prompts = [], []
+        n_follow = int(cfg.gen_batch_size * cfg.followup_frac) if self.finished_chats else 0
+        while len(prompts) < cfg.gen_batch_size - n_follow:
+            it = self.pool["train"][self.cursor % len(self.pool["train"])]
+            self.cursor += 1
+            p = encode_item(tok, it)
+            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in self.seen_prompts:
+                self.seen_prompts.add(tuple(p))
+                batch_items.append(it)
+                prompts.append(p)
+        for _ in range(n_follow):
+            it, resp = self.finished_chats[rng.randrange(len(self.finished_chats))]
+            msgs = it["messages"] + [
+                {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
+                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
+            ]
+            p = encode_item(tok, {"messages": msgs})
+            if len(p) <= cfg.max_seq_tokens - cfg.gen_max_new:
+                batch_items.append({"kind": "followup", "messages": msgs})
+                prompts.append(p)
+        return batch_items, prompts
+
+    def keep_finished(self, it: dict, r: list[int]) -> None:
+        """A single-turn chat the target finished (EOS, under 300 tokens) may get a follow-up
+        turn later (at most 4096 kept, a random one dropped beyond)."""
+        tok, rng = self.tok, self.rng
+        if (
+            "messages" in it
+            and it["kind"] != "followup"
+            and "assistant_prefix" not in it
+            and r
+            and r[-1] == tok.eos_token_id
+            and len(r) < 300
+        ):
+            self.finished_chats.append((it, r))
+            if len(self.finished_chats) > 4096:
+                self.finished_chats.pop(rng.randrange(len(self.finished_chats)))
+
     def training_step(self) -> dict | None:
         """One step of every draft; None when CUDA ran out of memory (micro-batches halved)."""
-        args = self.args
-        lr = lr_at(args, self.progress(), self.step)
+        cfg = self.cfg
+        lr = lr_at(cfg, self.progress(), self.step)
         try:
             stats, ntok = train_step(
-                args, self.target, self.drafts, self.opts, self.specs, self.buf, self.rng, lr
+                cfg, self.target, self.drafts, self.opts, self.specs, self.buf, self.rng, lr
             )
         except torch.OutOfMemoryError:
-            args.micro_tokens = max(1024, args.micro_tokens // 2)
+            cfg.micro_tokens = max(1024, cfg.micro_tokens // 2)
             torch.cuda.empty_cache()
-            self.log(f"out of memory while training: micro-batch tokens -> {args.micro_tokens}")
+            self.log(f"out of memory while training: micro-batch tokens -> {cfg.micro_tokens}")
             return None
         self.step += 1
         self.train_tokens += ntok
@@ -338,13 +358,11 @@ class Distillation:
         return stats
 
     def export(self, final: bool) -> None:
-        args = self.args
-        self.metrics = evaluate(
-            args, self.target, self.drafts, self.specs, self.eval_sets, self.buf
-        )
+        cfg = self.cfg
+        self.metrics = evaluate(cfg, self.target, self.drafts, self.specs, self.eval_sets, self.buf)
         self.recipe["plan"] = self.plan()
         report.export(
-            args,
+            cfg,
             self.out,
             self.specs,
             self.drafts,
@@ -354,8 +372,8 @@ class Distillation:
             self.pool["overlap"],
             final,
         )
-        if args.save_data:
-            save_data(self.buf, self.out / "data.npz", args.transport_dir, args.transport_chunk_mib)
+        if cfg.save_data:
+            save_data(self.buf, self.out / "data.npz", cfg.transport_dir, cfg.transport_chunk_mib)
         summary = {
             s.name: {
                 k: (round(v["agree"], 4), round(v["accept"], 4))
@@ -366,9 +384,9 @@ class Distillation:
         self.log(f"[export step {self.step}] (agree, accept): {json.dumps(summary)}")
 
     def run(self) -> dict:
-        args, budget = self.args, self.args.time_budget
+        cfg, budget = self.cfg, self.cfg.time_budget
         bar = tqdm(
-            total=int(budget) if budget else args.max_steps,
+            total=int(budget) if budget else cfg.max_steps,
             unit="s" if budget else "step",
             desc="distil",
             dynamic_ncols=True,
@@ -378,7 +396,7 @@ class Distillation:
         last_bar = 0
         while not self.done():
             need_gen = self.gen_phase() and (
-                not self.buf.seqs or self.train_tokens >= args.replay_ratio * self.buf.gen_tokens
+                not self.buf.seqs or self.train_tokens >= cfg.replay_ratio * self.buf.gen_tokens
             )
             if need_gen or not self.buf.seqs:
                 self.generation_batch()
@@ -400,10 +418,10 @@ class Distillation:
                 refresh=False,
             )
             now = time.perf_counter()
-            if args.export_every_s and now - last_export >= args.export_every_s:
+            if cfg.export_every_s and now - last_export >= cfg.export_every_s:
                 self.export(final=False)
                 last_export = time.perf_counter()
-            if self.ckpt_dir and now - last_ckpt >= args.ckpt_every_s:
+            if self.ckpt_dir and now - last_ckpt >= cfg.ckpt_every_s:
                 self.checkpoint()
                 last_ckpt = time.perf_counter()
         bar.close()
@@ -416,7 +434,7 @@ class Distillation:
         return self.metrics
 
 
-def distil(args) -> dict:
-    """Run a distillation from parsed ``scripts/distill_draft.py`` arguments; returns the final
+def distil(cfg: DistillConfig) -> dict:
+    """Run a distillation (the options of ``scripts/distill_draft.py``); returns the final
     held-out metrics ``{draft: {kind: metrics}}``."""
-    return Distillation(args).run()
+    return Distillation(cfg).run()

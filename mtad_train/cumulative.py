@@ -8,7 +8,7 @@ Nothing training needs lives only on a machine's disk:
 * **teacher signal on the fly**: every step runs the target over its sequences (bfloat16 where
   the CPU has it natively, :func:`mtad.cpu.choose_dtype`) and takes the final normed state and
   the top-k next-token log-probabilities there, the same quantities the stored shards of
-  :mod:`mtad.distill.features` hold, so :func:`mtad.distill.head_train.step_loss` trains on it
+  :mod:`mtad_train.features` hold, so :func:`mtad_train.head_train.step_loss` trains on it
   unchanged;
 * **the data**: committed uint16 id files (:class:`Source`), each with a weight and its own
   seeded permutation per epoch; the cursor says, per source, which epoch and how far, and a
@@ -17,7 +17,7 @@ Nothing training needs lives only on a machine's disk:
 * **a local checkpoint** (fp32 weights, the optimiser, the cursor) under ``ckpt_dir`` every few
   minutes is a pure speed-up: resumed when it descends from the committed export, ignored
   otherwise (a wiped disk resumes from the committed folder with a fresh optimiser warm-up);
-* the held-out features (:mod:`mtad.distill.head_eval`'s input) are a cache, rebuilt by a
+* the held-out features (:mod:`mtad_train.head_eval`'s input) are a cache, rebuilt by a
   teacher pass over the committed held-out ids when absent.
 
 The learning rate is constant after a warm-up (no schedule that restarts per session, so
@@ -39,15 +39,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtad.distill.head_train import (
+from mtad.engine.feature_head import FeatureHead
+from mtad_train.head_train import (
     HeadTrainConfig,
     SeqRef,
     column_map,
     make_optimizer,
-    micro_batches,
-    step_loss,
+    optimiser_step,
+    ref_batches,
 )
-from mtad.engine.feature_head import FeatureHead
+from mtad_train.ids import read_ids
 
 TRAINING_DIR = "training"
 STATE_FILE = "state.json"
@@ -123,11 +124,8 @@ class Source:
     @classmethod
     def load(cls, spec: str, max_len: int) -> Source:
         path, _, w = spec.partition("=")
-        z = np.load(path)
-        toks, lens, plens = z["tokens"], z["lens"], z["plens"]
-        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
-        seqs = [toks[s : s + min(int(n), max_len)] for s, n in zip(starts, lens, strict=True)]
-        return cls(path, float(w or 1.0), seqs, [int(p) for p in plens])
+        ids = read_ids(path)
+        return cls(path, float(w or 1.0), [s[:max_len] for s in ids.seqs], ids.plens)
 
     @property
     def name(self) -> str:
@@ -185,7 +183,7 @@ def teacher_batch(
     topk: int,
     prompt_weight: float,
 ) -> dict[str, Any]:
-    """The batch :func:`mtad.distill.head_train.collate` builds from stored shards, computed
+    """The batch :func:`mtad_train.head_train.collate` builds from stored shards, computed
     now: right-padded tokens, the target's final normed state (bfloat16, one "tap"), its top-k
     next-token log-probabilities and the per-position loss weights."""
     b, width = len(seqs), max(len(s) for s in seqs)
@@ -327,22 +325,10 @@ def run_session(
     """Train ``head`` (float32, built for ``target``) from the committed state in ``cfg.head``
     (or the local checkpoint that descends from it) until the time budget or ``max_steps``;
     export to ``cfg.head`` every ``export_every_s`` and at the end, with a curve row."""
-    head_dir, ckpt = Path(cfg.head), Path(cfg.ckpt_dir)
-    tcfg = cfg.train_config(autocast)
-    committed = read_state(head_dir)
+    head_dir, ckpt, tcfg = Path(cfg.head), Path(cfg.ckpt_dir), cfg.train_config(autocast)
     head.train()
     opt = make_optimizer(head, tcfg)
-    resumed = _load_local(ckpt, committed)
-    if resumed is not None:
-        ck, state = resumed
-        head.load_state_dict(ck["head"])
-        opt.load_state_dict(ck["opt"])
-        log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
-    else:
-        state = committed
-        if (head_dir / WEIGHTS_FILE).is_file():
-            load_head_weights(head, head_dir)
-        log(f"resumed the committed head: step {state.steps}, {state.positions} positions")
+    state = _resume(head, opt, head_dir, ckpt, log)
     session = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "export_at_start": state.export,
@@ -358,36 +344,16 @@ def run_session(
     while True:
         t0 = time.perf_counter()
         lr = lr_constant(cfg.lr, cfg.warmup_steps, steps_here)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
-        refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
-        opt.zero_grad(set_to_none=True)
+        batches = _next_batches(cfg, target, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
-        batches = []
-        for mb in micro_batches(refs, cfg.micro_tokens):
-            seqs = [sources[r.shard].seqs[r.index] for r in mb]
-            plens = [
-                min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
-            ]
-            batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
-        norm = sum(float(b["w"].sum()) for b in batches)
-        overlap = np.zeros(cfg.depths)
-        wsum = np.zeros(cfg.depths)
-        for b in batches:
-            loss, st = step_loss(head, b, tcfg, cols, gen)
-            (loss / norm).backward()
-            overlap += np.array(st["overlap"])
-            wsum += np.array(st["w"])
-        torch.nn.utils.clip_grad_norm_(head.parameters(), tcfg.grad_clip)
-        opt.step()
+        sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
         state.steps += 1
         steps_here += 1
-        state.positions += int(sum(int((b["w"] > 0).sum()) for b in batches))
+        state.positions += positions
         dt = time.perf_counter() - t0
         state.seconds += dt
         if steps_here % 10 == 0 or steps_here <= 3:
-            ov = (overlap / np.maximum(wsum, 1e-9)).round(3).tolist()
+            ov = (sums["overlap"] / np.maximum(sums["w"], 1e-9)).round(3).tolist()
             log(
                 f"step {state.steps} pos {state.positions} {dt:.1f}s/step lr {lr:.1e} "
                 f"train overlap by depth {ov}"
@@ -400,19 +366,7 @@ def run_session(
         )
         if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
-            export_head(head, head_dir, state)
-            row = {
-                "steps": state.steps,
-                "positions": state.positions,
-                "seconds": round(state.seconds, 1),
-                "session": session["started"],
-                **(host or {}),
-            }
-            if evaluate is not None:
-                row["heldout"] = evaluate(head)
-                head.train()
-                log("held-out " + _short(row["heldout"]))
-            append_curve(head_dir, row)
+            _export(head, head_dir, state, session["started"], host, evaluate, log)
             _save_local(ckpt, head, opt, state)
             last_export = last_ckpt = time.monotonic()
         elif cfg.ckpt_every_s and now - last_ckpt >= cfg.ckpt_every_s:
@@ -439,6 +393,58 @@ def _stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
     return asked.is_set
+
+
+def _next_batches(
+    cfg: CumulativeConfig, target, sources: Sequence[Source], state: CumulativeState
+) -> list[dict[str, Any]]:
+    """The next step's sequences (advancing the cursor) in micro-batches, with the target's
+    teacher signal computed now."""
+    picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
+    refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
+    batches = []
+    for mb in ref_batches(refs, cfg.micro_tokens):
+        seqs = [sources[r.shard].seqs[r.index] for r in mb]
+        plens = [
+            min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
+        ]
+        batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
+    return batches
+
+
+def _resume(head: FeatureHead, opt, head_dir: Path, ckpt: Path, log) -> CumulativeState:
+    """The state to go on from: the local checkpoint when it descends from the committed
+    export (weights and optimiser loaded), else the committed state and weights."""
+    committed = read_state(head_dir)
+    resumed = _load_local(ckpt, committed)
+    if resumed is not None:
+        ck, state = resumed
+        head.load_state_dict(ck["head"])
+        opt.load_state_dict(ck["opt"])
+        log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
+        return state
+    if (head_dir / WEIGHTS_FILE).is_file():
+        load_head_weights(head, head_dir)
+    log(f"resumed the committed head: step {committed.steps}, {committed.positions} positions")
+    return committed
+
+
+def _export(head, head_dir: Path, state: CumulativeState, started: str, host, evaluate, log):
+    """The head and its state into the committed folder, and a curve row (held-out
+    acceptance when ``evaluate`` is given)."""
+    export_head(head, head_dir, state)
+    row = {
+        "steps": state.steps,
+        "positions": state.positions,
+        "seconds": round(state.seconds, 1),
+        "session": started,
+        **(host or {}),
+    }
+    if evaluate is not None:
+        row["heldout"] = evaluate(head)
+        head.train()
+        log("held-out " + _short(row["heldout"]))
+    append_curve(head_dir, row)
 
 
 def _short(heldout: dict[str, Any]) -> str:

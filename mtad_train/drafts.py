@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
 
 from mtad.engine.subvocab import VOCAB_FILE, read_vocab, restrict_vocab
+
+if TYPE_CHECKING:
+    from mtad_train.config import DistillConfig
 
 
 @dataclass
@@ -37,24 +41,24 @@ class DraftSpec:
         return cls(name=name, **kw)
 
 
-def load_target(args):
-    dtype = getattr(torch, args.target_dtype)
-    if args.target == "smollm2":
+def load_target(cfg: DistillConfig):
+    dtype = getattr(torch, cfg.target_dtype)
+    if cfg.target == "smollm2":
         from mtad.engine.smollm2 import load_smollm2_target
 
-        model, tok = load_smollm2_target(dtype=dtype, device=args.device)
-    elif args.target == "tiny":  # the tiny pair's random target and byte tokenizer (tests)
+        model, tok = load_smollm2_target(dtype=dtype, device=cfg.device)
+    elif cfg.target == "tiny":  # the tiny pair's random target and byte tokenizer (tests)
         from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
         tok = build_tiny_tokenizer()
         model = build_tiny_model("llama", "target", vocab_size=320, seed=0)
-        model = model.to(dtype).to(args.device).eval()
-    elif args.target.startswith("tiny-random:"):
+        model = model.to(dtype).to(cfg.device).eval()
+    elif cfg.target.startswith("tiny-random:"):
         from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-        tok = AutoTokenizer.from_pretrained(args.target.split(":", 1)[1])
+        tok = AutoTokenizer.from_pretrained(cfg.target.split(":", 1)[1])
         torch.manual_seed(1234)
-        cfg = LlamaConfig(
+        llama = LlamaConfig(
             vocab_size=len(tok),
             hidden_size=64,
             intermediate_size=128,
@@ -66,13 +70,13 @@ def load_target(args):
             eos_token_id=tok.eos_token_id,
             pad_token_id=tok.pad_token_id,
         )
-        model = LlamaForCausalLM(cfg).to(dtype).to(args.device).eval()
+        model = LlamaForCausalLM(llama).to(dtype).to(cfg.device).eval()
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(args.target)
-        model = AutoModelForCausalLM.from_pretrained(args.target, dtype=dtype)
-        model.to(args.device).eval()
+        tok = AutoTokenizer.from_pretrained(cfg.target)
+        model = AutoModelForCausalLM.from_pretrained(cfg.target, dtype=dtype)
+        model.to(cfg.device).eval()
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     for p in model.parameters():
@@ -80,12 +84,12 @@ def load_target(args):
     return model, tok
 
 
-def build_draft(spec: DraftSpec, target, args):
+def build_draft(spec: DraftSpec, target, cfg: DistillConfig):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tc = target.config
     rope = getattr(tc, "rope_parameters", None) or {}
-    cfg = LlamaConfig(
+    llama = LlamaConfig(
         vocab_size=tc.vocab_size,
         hidden_size=spec.hidden,
         intermediate_size=spec.intermediate,
@@ -104,10 +108,10 @@ def build_draft(spec: DraftSpec, target, args):
             "rope_theta": float(rope.get("rope_theta", getattr(tc, "rope_theta", 1e4))),
         },
     )
-    model = LlamaForCausalLM(cfg)
-    if args.init_embed == "pca":
+    model = LlamaForCausalLM(llama)
+    if cfg.init_embed == "pca":
         with torch.no_grad():
-            emb = target.get_input_embeddings().weight.detach().float().to(args.device)
+            emb = target.get_input_embeddings().weight.detach().float().to(cfg.device)
             centred = emb - emb.mean(0, keepdim=True)
             # top principal directions of the target's embedding rows
             sample = centred[:: max(1, emb.shape[0] // 16384)]
@@ -117,12 +121,12 @@ def build_draft(spec: DraftSpec, target, args):
             proj *= emb.std() / proj.std()
             model.get_input_embeddings().weight[:, :k].copy_(proj.cpu())
     model.tie_weights()
-    return model.to(args.device).float().train()
+    return model.to(cfg.device).float().train()
 
 
-def build_optimisers(args, drafts) -> list[torch.optim.Optimizer]:
+def build_optimisers(cfg: DistillConfig, drafts) -> list[torch.optim.Optimizer]:
     """AdamW per draft; no weight decay on vectors (norms)."""
-    fused = args.device.startswith("cuda")
+    fused = cfg.device.startswith("cuda")
     opts = []
     for d in drafts:
         decay = [p for n, p in d.named_parameters() if p.ndim >= 2]
@@ -130,10 +134,10 @@ def build_optimisers(args, drafts) -> list[torch.optim.Optimizer]:
         opts.append(
             torch.optim.AdamW(
                 [
-                    {"params": decay, "weight_decay": args.weight_decay},
+                    {"params": decay, "weight_decay": cfg.weight_decay},
                     {"params": no_decay, "weight_decay": 0.0},
                 ],
-                lr=args.lr,
+                lr=cfg.lr,
                 betas=(0.9, 0.95),
                 fused=fused,
             )

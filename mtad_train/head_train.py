@@ -1,22 +1,22 @@
 """Training a feature-level draft head on stored teacher-forced features, resumably.
 
-The data are the shards of :mod:`mtad.distill.features` (the target's tapped hidden states and
+The data are the shards of :mod:`mtad_train.features` (the target's tapped hidden states and
 top-k next-token log-probabilities at every position of a token corpus). One step:
 
 1. fuse the target's features of every position (``g_i``) and unroll the head over the sequence
-   at draft depths ``1..depths`` (:meth:`mtad.engine.feature_head.FeatureHead.unrolled`: depth 1
+   at draft depths ``1..depths`` (:func:`mtad_train.unroll.unrolled`: depth 1
    reads true features, depth ``k`` its own outputs of the ``k - 1`` positions before, with the
    attention the draft has then -- EAGLE-3's "training-time test", HASS's harmonised context);
 2. at every depth and position, the loss against the target's next-token distribution there:
    KL(p || q) over the target's stored top-k plus one bin for the rest (a lower bound of the full
    KL, exact on every token the authors' top-k-10 warping can keep), plus ``overlap_weight`` x
    (1 - sum_v min(p_w, q_w)) under the authors' warping (temperature 1, top-k 10, top-p 0.9),
-   the expected acceptance the draft is judged by (:mod:`mtad.distill.objectives`);
+   the expected acceptance the draft is judged by (:mod:`mtad_train.objectives`);
 3. an AdamW step with warm-up and cosine decay.
 
 The sequence order is a function of the seed and the epoch, and a checkpoint holds the weights,
 the optimiser, the step and the data cursor, written atomically every ``ckpt_every_s`` seconds:
-a killed run resumes to the weights the uninterrupted run reaches (``tests/test_head_train.py``).
+a killed run resumes to the weights the uninterrupted run reaches (``tests/test_feature_head.py``).
 """
 
 from __future__ import annotations
@@ -34,14 +34,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mtad.distill import objectives as O
-from mtad.distill.features import Shard, from_bf16_bits, load_shard
 from mtad.engine.feature_head import FeatureHead
+from mtad_train import objectives as O
+from mtad_train.batches import micro_batches
+from mtad_train.cli import opt
+from mtad_train.features import Shard, from_bf16_bits, load_shard
+from mtad_train.unroll import unrolled
 
 
 @dataclass
 class HeadTrainConfig:
-    depths: int = 4  # draft depths trained (the decoding gamma the head serves)
+    """How a head is optimised (its fields are also ``scripts/train_head.py train``'s options)."""
+
+    depths: int = opt(4, help="draft depths trained (the decoding gamma the head serves)")
     depth_weights: list[float] = field(default_factory=lambda: [1.0, 1.0, 1.0, 1.0])
     epochs: float = 2.0
     lr: float = 1e-3
@@ -55,14 +60,17 @@ class HeadTrainConfig:
     overlap_weight: float = 1.0
     kl_weight: float = 1.0
     # smooth-L1 regression of the head's output on the target's final normed state at the same
-    # position (EAGLE-1/2, HASS), in units of that state's RMS; heads that read it (tap -1)
-    reg_weight: float = 0.0
+    # position (EAGLE-1/2, HASS), in units of that state's RMS; only for heads that read it (tap
+    # -1: batches of the final state), ignored for heads over tapped layers
+    reg_weight: float = opt(1.0, help="heads reading tap -1")
     feature_rms: float = 1.0
-    deep_fraction: float = 1.0  # share of positions scored at depths >= 2
+    deep_fraction: float = opt(1.0, help="share of positions scored at depths >= 2")
     seed: int = 0
-    source_repeats: dict[str, int] = field(default_factory=dict)  # shard dir -> passes per epoch
+    # shard dir -> passes per epoch (``--repeat FOLDER=N`` at the command line)
+    source_repeats: dict[str, int] = opt(default_factory=dict, cli=False)
     ckpt_every_s: float = 300.0
-    autocast: bool = True  # bfloat16 matmuls (CPUs with native bfloat16, GPUs)
+    # bfloat16 matmuls (CPUs with native bfloat16, GPUs); ``--autocast auto|bf16|off`` resolves it
+    autocast: bool = opt(True, cli=False)
 
     def __post_init__(self) -> None:
         if len(self.depth_weights) < self.depths:
@@ -131,17 +139,12 @@ def epoch_steps(refs: list[SeqRef], cfg: HeadTrainConfig, epoch: int) -> list[li
     return steps
 
 
-def micro_batches(step: list[SeqRef], micro_tokens: int) -> list[list[SeqRef]]:
-    """Sequences of one step sorted by length and packed into <= micro_tokens padded cells."""
-    out, cur = [], []
-    for r in sorted(step, key=lambda r: (r.length, r.shard, r.index)):
-        if cur and (len(cur) + 1) * r.length > micro_tokens:
-            out.append(cur)
-            cur = []
-        cur.append(r)
-    if cur:
-        out.append(cur)
-    return out
+def ref_batches(step: list[SeqRef], micro_tokens: int) -> list[list[SeqRef]]:
+    """Sequences of one step in micro-batches of <= micro_tokens padded cells (ties in length
+    by shard and index: the order does not depend on the step's)."""
+    return micro_batches(
+        step, micro_tokens, length=lambda r: r.length, order=lambda r: (r.length, r.shard, r.index)
+    )
 
 
 def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[str, torch.Tensor]:
@@ -252,7 +255,7 @@ def step_loss(
     L = w_all.shape[1]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
         g = head.fused(batch["feats"])
-        outs = head.unrolled(batch["tokens"], g, cfg.depths)
+        outs = unrolled(head, batch["tokens"], g, cfg.depths)
     total = torch.zeros(())
     stats: dict[str, list[float]] = {"w": [], "kl": [], "overlap": []}
     pos = torch.arange(L)
@@ -271,7 +274,7 @@ def step_loss(
         loss, kl, ov = head_loss(
             logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight, cfg.kl_weight
         )
-        if cfg.reg_weight:
+        if cfg.reg_weight and batch["final"] == "final":
             # the feature the head reads at the next position is its own output: regress it
             # onto the target's (the final normed state, "feats" of a tap -1 head)
             target = batch["feats"][:, :, 0][sel].float() / cfg.feature_rms
@@ -285,6 +288,32 @@ def step_loss(
     return total, stats
 
 
+def optimiser_step(
+    head: FeatureHead,
+    opt: torch.optim.Optimizer,
+    cfg: HeadTrainConfig,
+    batches: list[dict[str, torch.Tensor]],
+    cols: torch.Tensor | None,
+    lr: float,
+    gen: torch.Generator | None,
+) -> tuple[dict[str, np.ndarray], int]:
+    """One AdamW step at ``lr`` over the micro-batches of a step, the loss normalised by their
+    total weight: per-depth sums of weight, KL and overlap, and the positions trained."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    norm = sum(float(b["w"].sum()) for b in batches)
+    sums: dict[str, np.ndarray] = {}
+    for b in batches:
+        loss, st = step_loss(head, b, cfg, cols, gen)
+        (loss / norm).backward()
+        for key, vals in st.items():
+            sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)
+    torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
+    opt.step()
+    return sums, int(sum(int((b["w"] > 0).sum()) for b in batches))
+
+
 @dataclass
 class TrainState:
     step: int = 0
@@ -293,6 +322,24 @@ class TrainState:
     positions: int = 0  # weighted token-positions trained on (depth 1)
     seconds: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
+
+    def record(self, lr: float, sums: dict[str, np.ndarray], positions: int, dt: float):
+        """Count one step done (``dt`` seconds, ``positions`` trained) and its history row."""
+        self.step += 1
+        self.cursor += 1
+        self.positions += positions
+        self.seconds += dt
+        w = np.maximum(sums["w"], 1e-9)
+        rec = {
+            "step": self.step,
+            "positions": self.positions,
+            "seconds": self.seconds,
+            "lr": lr,
+            "kl": (sums["kl"] / w).round(4).tolist(),
+            "overlap": (sums["overlap"] / w).round(4).tolist(),
+        }
+        self.history.append(rec)
+        return rec
 
 
 def save_checkpoint(folder: Path, head: FeatureHead, opt, state: TrainState) -> None:
@@ -321,6 +368,18 @@ def make_optimizer(head: FeatureHead, cfg: HeadTrainConfig) -> torch.optim.Optim
     )
 
 
+def _start(head: FeatureHead, cfg: HeadTrainConfig, folder: Path, log: Callable[[str], None]):
+    """The optimiser and the state to go on from (the checkpoint in ``folder``, if any)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    head.train()
+    opt = make_optimizer(head, cfg)
+    state = load_checkpoint(folder, head, opt) or TrainState()
+    if state.step:
+        log(f"resumed at step {state.step} (epoch {state.epoch}, cursor {state.cursor})")
+    return opt, state
+
+
 def train(
     head: FeatureHead,
     data: ShardData,
@@ -337,13 +396,7 @@ def train(
     checkpoint. ``max_steps`` / ``time_budget_s`` stop early (a checkpoint is written first);
     ``on_export`` is called every ``export_every_s`` seconds of training and at the end."""
     folder = Path(ckpt_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    head.train()
-    opt = make_optimizer(head, cfg)
-    state = load_checkpoint(folder, head, opt) or TrainState()
-    if state.step:
-        log(f"resumed at step {state.step} (epoch {state.epoch}, cursor {state.cursor})")
+    opt, state = _start(head, cfg, folder, log)
     refs = data.refs()
     per_epoch = len(epoch_steps(refs, cfg, 0))
     total = max(1, int(round(cfg.epochs * per_epoch)))
@@ -356,37 +409,13 @@ def train(
         while state.cursor < len(steps) and state.step < total:
             t0 = time.perf_counter()
             lr = lr_at(cfg, state.step, total)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            opt.zero_grad(set_to_none=True)
             micro = [
                 collate(data, mb, cfg.prompt_weight)
-                for mb in micro_batches(steps[state.cursor], cfg.micro_tokens)
+                for mb in ref_batches(steps[state.cursor], cfg.micro_tokens)
             ]
-            norm = sum(float(b["w"].sum()) for b in micro)
-            sums: dict[str, np.ndarray] = {}
             gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.step)
-            for b in micro:
-                loss, st = step_loss(head, b, cfg, cols, gen)
-                (loss / norm).backward()
-                for key, vals in st.items():
-                    sums[key] = sums.get(key, np.zeros(cfg.depths)) + np.array(vals)
-            torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.grad_clip)
-            opt.step()
-            state.step += 1
-            state.cursor += 1
-            state.positions += int(sum(int((b["w"] > 0).sum()) for b in micro))
-            state.seconds += time.perf_counter() - t0
-            w = np.maximum(sums["w"], 1e-9)
-            rec = {
-                "step": state.step,
-                "positions": state.positions,
-                "seconds": state.seconds,
-                "lr": lr,
-                "kl": (sums["kl"] / w).round(4).tolist(),
-                "overlap": (sums["overlap"] / w).round(4).tolist(),
-            }
-            state.history.append(rec)
+            sums, positions = optimiser_step(head, opt, cfg, micro, cols, lr, gen)
+            rec = state.record(lr, sums, positions, time.perf_counter() - t0)
             if on_step:
                 on_step(state, rec)
             steps_here += 1

@@ -1,0 +1,455 @@
+"""The feature head's commands (``scripts/train_head.py``): data, teacher pass, training, report.
+
+One function per sub-command, each taking its configuration dataclass (:mod:`mtad_train.config`,
+:class:`mtad_train.cumulative.CumulativeConfig`); :data:`COMMANDS` names them for the script.
+Each stage is resumable: the teacher pass writes complete shards atomically, training saves a
+checkpoint every few minutes and resumes from it to the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mtad_train.config import (
+    CorpusCommand,
+    EvalCommand,
+    EvalsetCommand,
+    FeaturesCommand,
+    FinalsCommand,
+    HeadTrainCommand,
+    ReportCommand,
+)
+from mtad_train.cumulative import CumulativeConfig
+from mtad_train.ids import read_ids, read_kinds, write_ids
+
+
+def use_autocast(choice: str) -> bool:
+    """bfloat16 matmuls where they are fast: ``auto`` is on with native bfloat16 (a CPU with
+    AMX / AVX-512 BF16, or a GPU); on an AVX2 CPU bfloat16 is emulated and slower than fp32."""
+    from mtad.cpu import native_bf16
+
+    return choice == "bf16" or (
+        choice == "auto" and bool(torch.cuda.is_available() or native_bf16())
+    )
+
+
+def feature_folders(roots: list[str]) -> list[Path]:
+    """The complete shard folders under ``roots`` (a shard being written ends in ``.tmp``)."""
+    return [
+        p
+        for r in roots
+        for p in sorted(Path(r).glob("shard*"))
+        if p.is_dir() and not p.name.endswith(".tmp")
+    ]
+
+
+def file_log(path: Path) -> Callable[[str], None]:
+    """A log function: each message printed and appended to ``path`` with the time of day."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {msg}"
+        print(line, flush=True)
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+    return log
+
+
+# --- data -------------------------------------------------------------------------------------
+def features(cfg: FeaturesCommand) -> None:
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.features import teacher_pass
+
+    torch.set_num_threads(cfg.threads)
+    target, _ = load_smollm2_target(cfg.dtype)
+    ids = read_ids(cfg.data)
+    i, n = (int(x) for x in cfg.part.split("/"))
+    teacher_pass(
+        target, ids.lists(), ids.plens, cfg.out, part=(i, n), shard_tokens=cfg.shard_tokens
+    )
+
+
+def finals(cfg: FinalsCommand) -> None:
+    """The target's final normed state of every stored position (``final.npy`` per shard),
+    for heads that read and regress it; complete shards only, again and again with --watch
+    while a teacher pass is still writing shards."""
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.features import derive_final
+
+    torch.set_num_threads(cfg.threads)
+    target, _ = load_smollm2_target(cfg.dtype)
+    while True:
+        done = sum(derive_final(target, f) for f in feature_folders(cfg.features))
+        print(f"final states added to {done} shards", flush=True)
+        if not cfg.watch:
+            break
+        time.sleep(60)
+
+
+def corpus(cfg: CorpusCommand) -> None:
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.corpus import build_corpus
+    from mtad_train.evalsets import evaluation_texts
+
+    _, tok = load_smollm2_target("float32")
+    seqs, plens, kinds, dropped = build_corpus(
+        tok, evaluation_texts(), cfg.max_tokens, seed=cfg.seed
+    )
+    write_ids(cfg.out, seqs, plens, kinds, gen_tokens=0, gen_tokens_greedy=0)
+    resp = Counter()
+    for s, p, k in zip(seqs, plens, kinds, strict=True):
+        resp[k] += len(s) - p
+    print(
+        f"{len(seqs)} sequences, {sum(map(len, seqs))} positions, response tokens {dict(resp)}; "
+        f"dropped for overlap with evaluation prompts: {dropped}"
+    )
+
+
+def evalset(cfg: EvalsetCommand) -> None:
+    """Held-out responses of the evaluation kinds, generated once by the target (warped
+    sampling as the authors warp), so every draft is measured on the same responses."""
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.evaluate import HeldoutPlan, build_eval_sets
+
+    torch.set_num_threads(cfg.threads)
+    target, tok = load_smollm2_target(cfg.dtype)
+    plan = HeldoutPlan(
+        n_humaneval=cfg.n_humaneval,
+        n_mtbench=cfg.n_mtbench,
+        n_default=10_000,
+        default_prompts=None,
+        max_prompt_tokens=cfg.max_prompt_tokens,
+        max_seq_tokens=cfg.max_prompt_tokens + 2 * cfg.max_new,
+        max_new=cfg.max_new,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        device="cpu",
+    )
+    sets = build_eval_sets(plan, target, tok, [])
+    seqs, plens, kinds = [], [], []
+    for es in sets:
+        seqs += es.seqs
+        plens += es.plens
+        kinds += [es.kind] * len(es.seqs)
+    warp = "temperature 1, top-k 10, top-p 0.9"
+    write_ids(
+        cfg.out,
+        seqs,
+        plens,
+        kinds,
+        seed=cfg.seed,
+        max_new=cfg.max_new,
+        target_dtype=cfg.dtype,
+        warp=warp,
+    )
+    for es in sets:
+        n = sum(len(s) - p for s, p in zip(es.seqs, es.plens, strict=True))
+        print(f"{es.kind}: {len(es.seqs)} prompts, {n} response tokens")
+
+
+# --- evaluation and report --------------------------------------------------------------------
+def heldout(cfg: EvalCommand) -> None:
+    """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
+    from mtad.engine.feature_head import load_head
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import read_vocab
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import ShardData
+
+    torch.set_num_threads(cfg.threads)
+    target, _ = load_smollm2_target("bfloat16")
+    head = load_head(cfg.head, target, read_vocab(cfg.head)).float()
+    data = ShardData(feature_folders([cfg.eval_features]), need_final=head.spec.taps == [-1])
+    kinds = read_kinds(cfg.eval_data)
+    res = depth_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
+    for kind, row in res.items():
+        print(
+            f"{kind:14s} "
+            + " ".join(f"d{d + 1} {row[f'd{d + 1}']:.3f}" for d in range(cfg.depths))
+            + f"  ({row['positions']} positions, {row['prompts']} prompts)"
+        )
+    if cfg.json:
+        Path(cfg.json).write_text(json.dumps(res, indent=2) + "\n")
+
+
+def report(cfg: ReportCommand) -> None:
+    """A shipped head's report: held-out acceptance by evaluation kind and depth on the
+    committed responses, the independent draft's figure on the same responses beside it, the
+    curve of the training stages, the verdict against issue 32's bar; ``report.md``,
+    ``heldout.json`` and ``curve.png`` in the head's folder (``--notes``: a hand-written section
+    appended, e.g. measured speed)."""
+    from mtad_train.head_report import plot_curve, read_curve
+
+    folder = Path(cfg.head)
+    res = _report_acceptance(cfg, folder)
+    (folder / "heldout.json").write_text(json.dumps(res, indent=1) + "\n")
+    rows, base_pos, base_s = [], 0, 0.0
+    for c in cfg.curves:  # each stage counts from 0: one axis across the stages
+        stage = read_curve(Path(c))
+        rows += [
+            {**r, "positions": r["positions"] + base_pos, "seconds": r["seconds"] + base_s}
+            for r in stage
+        ]
+        if stage:
+            base_pos, base_s = rows[-1]["positions"], rows[-1]["seconds"]
+    plot_curve(rows, folder / "curve.png", "smollm2 head")
+    lines = _report_lines(cfg, folder, res)
+    (folder / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+def _report_acceptance(cfg: ReportCommand, folder: Path) -> dict[str, Any]:
+    """``{"head": by kind and depth, "draft": the independent draft's (with --compare-draft)}``."""
+    from mtad.engine.feature_head import load_head
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import read_vocab, restrict_vocab
+    from mtad_train.head_eval import depth_acceptance, model_draft_acceptance
+    from mtad_train.head_train import ShardData
+
+    torch.set_num_threads(cfg.threads)
+    autocast = use_autocast(cfg.autocast)
+    target, _ = load_smollm2_target("float32")
+    head = load_head(folder, target, read_vocab(folder)).float()
+    data = ShardData(feature_folders([cfg.eval_features]), need_final=head.spec.taps == [-1])
+    kinds = read_kinds(cfg.eval_data)
+    res = {"head": depth_acceptance(head, data, kinds, cfg.depths, autocast=autocast)}
+    if cfg.compare_draft:
+        from transformers import AutoModelForCausalLM
+
+        draft = AutoModelForCausalLM.from_pretrained(cfg.compare_draft, dtype=torch.float32)
+        ids = read_vocab(cfg.compare_draft)
+        if ids:
+            restrict_vocab(draft, ids)
+        res["draft"] = model_draft_acceptance(draft.eval(), data, kinds)
+    return res
+
+
+def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list[str]:
+    from safetensors import safe_open
+
+    from mtad_train.head_report import heldout_table, verdict
+
+    head_cfg = json.loads((folder / "head_config.json").read_text())
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:  # what the head adds
+        n_params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118
+    lines = [
+        f"# Feature-level draft head for smollm2 ({cfg.title})",
+        "",
+        f"- Layout: {head_cfg['head']}; one decoder layer ({n_params / 1e6:.2f}M trained "
+        "parameters) over the target's final normed state and the embedding of the next token, "
+        "the target's frozen embeddings and (sub-vocabulary) logits head.",
+        f"- Trained positions (last stage): {head_cfg.get('trained_positions', '?')}, step "
+        f"{head_cfg.get('step', '?')}.",
+        "",
+        "## Held-out expected acceptance (committed responses, `assets/evalsets/`)",
+        "",
+        "Mean over response positions of sum_v min(p_w, q_w) under the authors' warping (T=1, "
+        "top-k 10, top-p 0.9); at depth k the head has drafted k-1 positions on its own "
+        "features (`mtad_train.head_eval`).",
+        "",
+        *heldout_table(res["head"], cfg.depths),
+        "",
+        verdict(res["head"], cfg.depths),
+    ]
+    if "draft" in res:
+        d = res["draft"]
+        lines += [
+            "",
+            f"The independent draft `{cfg.compare_draft}` on the same responses (its "
+            "acceptance does not depend on depth: it reads tokens, not features):",
+            "",
+            "| kind | head depth 1 | draft |",
+            "|---|---|---|",
+            *(
+                f"| {k} | {res['head'][k]['d1']:.3f} | {d[k]['d1']:.3f} |"
+                for k in d
+                if k in res["head"]
+            ),
+        ]
+    lines += ["", "Curve of the training stages: `curve.png`.", ""]
+    if cfg.notes:
+        lines += [Path(cfg.notes).read_text().rstrip(), ""]
+    return lines
+
+
+# --- training ---------------------------------------------------------------------------------
+def train(cfg: HeadTrainCommand) -> None:
+    """Train the head on stored features (resumable: ``--ckpt-dir``), exporting it into
+    ``--out`` with a held-out curve row every ``--export-every-s`` and at the end."""
+    import dataclasses
+
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.head_train import ShardData
+    from mtad_train.head_train import train as train_head
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.train.seed)
+    target, tok = load_smollm2_target("bfloat16")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    head = _new_head(cfg, target, _vocab(cfg, target, tok, out))
+    repeats = dict(r.split("=") for r in cfg.repeat)
+    tcfg = dataclasses.replace(
+        cfg.train,
+        autocast=use_autocast(cfg.autocast),
+        source_repeats={k: int(v) for k, v in repeats.items()},
+    )
+    final = cfg.reads_final
+    folders = feature_folders(cfg.features)
+    if final:  # shards still waiting for their final states (finals --watch) join a later run
+        folders = [f for f in folders if (f / "final.npy").is_file()]
+    data = ShardData(folders, tcfg.source_repeats, need_final=final)
+    log = file_log(out / "train.log")
+    log(
+        f"training on {sum(len(s.lens) for s in data.shards)} sequences, "
+        f"{sum(int(s.lens.sum()) for s in data.shards)} positions; config {tcfg}"
+    )
+    on_step, on_export = _train_callbacks(cfg, head, out, tcfg.autocast, log)
+    train_head(
+        head,
+        data,
+        tcfg,
+        cfg.ckpt_dir,
+        max_steps=cfg.max_steps,
+        on_step=on_step,
+        on_export=on_export,
+        export_every_s=cfg.export_every_s,
+        time_budget_s=cfg.time_budget,
+        log=log,
+    )
+
+
+def _vocab(cfg: HeadTrainCommand, target, tok, out: Path) -> list[int] | None:
+    """The head's sub-vocabulary: the one already in ``out``, else the ``--vocab-size`` most
+    frequent response tokens of ``--vocab-from`` (written into ``out``), else None (all)."""
+    from mtad.engine.subvocab import VOCAB_FILE, frequency_ranked_ids
+
+    vocab_path = out / VOCAB_FILE
+    if vocab_path.is_file():
+        return json.loads(vocab_path.read_text())["ids"]
+    if not cfg.vocab_size:
+        return None
+    toks = [t for d in cfg.vocab_from for t in read_ids(d).responses()]
+    vocab = frequency_ranked_ids(
+        toks, target.config.vocab_size, cfg.vocab_size, always=[tok.eos_token_id, tok.bos_token_id]
+    )
+    source = "response tokens of " + ", ".join(cfg.vocab_from)
+    vocab_path.write_text(json.dumps({"ids": vocab, "k": cfg.vocab_size, "source": source}) + "\n")
+    return vocab
+
+
+def _new_head(cfg: HeadTrainCommand, target, vocab: list[int] | None):
+    """A new head of ``--taps``' layout (or the ``--init-from`` head's weights)."""
+    from mtad.engine.feature_head import FeatureHead, HeadSpec, load_head
+
+    final = cfg.reads_final  # the final normed state: EAGLE-1/2's layout, regressed (HASS)
+    spec = HeadSpec(taps=cfg.tap_list, fuse=not final, final_norm=not final)
+    ids = torch.tensor(sorted(vocab)) if vocab else None
+    head = FeatureHead.from_target(target, spec, ids, seed=cfg.train.seed)
+    if cfg.init_from:  # continue from a saved head (same layout and sub-vocabulary)
+        saved = load_head(cfg.init_from, target, vocab).float()
+        head.load_state_dict(saved.state_dict())
+    return head
+
+
+def _train_callbacks(cfg: HeadTrainCommand, head, out: Path, autocast: bool, log):
+    """``(on_step, on_export)`` of :func:`mtad_train.head_train.train`: a log line every ten
+    steps; the head saved into ``out`` and a held-out row appended to ``curve.jsonl``."""
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import ShardData
+
+    eval_data = (
+        ShardData(feature_folders([cfg.eval_features]), need_final=cfg.reads_final)
+        if cfg.eval_features
+        else None
+    )
+    eval_kinds = read_kinds(cfg.eval_data) if cfg.eval_data else []
+
+    def on_step(state, rec) -> None:
+        if state.step % 10 == 0 or state.step < 5:
+            log(
+                f"step {state.step} pos {state.positions} {state.seconds:.0f}s lr {rec['lr']:.2e} "
+                f"kl {rec['kl']} overlap {rec['overlap']}"
+            )
+
+    def on_export(state) -> None:
+        head.save(out, extra={"trained_positions": state.positions, "step": state.step})
+        row = {"step": state.step, "positions": state.positions, "seconds": state.seconds}
+        if eval_data is not None:
+            depths = cfg.eval_depths
+            row["heldout"] = depth_acceptance(
+                head, eval_data, eval_kinds, depths, autocast=autocast
+            )
+            short = {
+                k: [round(v[f"d{d + 1}"], 3) for d in range(depths)]
+                for k, v in row["heldout"].items()
+            }
+            log("held-out " + json.dumps(short))
+        with open(out / "curve.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    return on_step, on_export
+
+
+def cumulative(cfg: CumulativeConfig) -> None:
+    """Go on training the committed head (:mod:`mtad_train.cumulative`): resume from the
+    repository's state, teacher on the fly, export + a held-out curve row at the end."""
+    from mtad.cpu import choose_dtype
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.runs.hardware import cpu_hardware
+    from mtad_train.cumulative import Source, head_for_training, run_session
+    from mtad_train.features import teacher_pass
+    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_train import ShardData
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    dtype, why = choose_dtype(cfg.teacher_dtype, "cpu")
+    target32, _ = load_smollm2_target("float32")
+    head = head_for_training(target32, Path(cfg.head))
+    eval_dir = Path(cfg.eval_features)
+    kinds = read_kinds(cfg.eval_data)
+    autocast = use_autocast("auto")
+    target = target32 if dtype == "float32" else load_smollm2_target(dtype)[0]
+
+    def evaluate(h) -> dict:
+        # the held-out features are a cache: completed from the committed ids when a shard is
+        # missing (a float32 teacher pass, skipping the complete shards), then read
+        ids = read_ids(cfg.eval_data)
+        teacher_pass(target32, ids.lists(), ids.plens, eval_dir, progress=False)
+        eval_data = ShardData(feature_folders([str(eval_dir)]), need_final=True)
+        return depth_acceptance(h, eval_data, kinds, cfg.eval_depths, autocast=autocast)
+
+    sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
+    log = file_log(Path(cfg.ckpt_dir) / "train.log")
+    host = {**cpu_hardware(), "teacher_dtype": dtype, "autocast": autocast}
+    log(f"teacher {dtype} ({why}); head autocast {autocast}; config {cfg}")
+    run_session(
+        cfg, head, target, sources, evaluate=evaluate, host=host, log=log, autocast=autocast
+    )
+
+
+# name -> (configuration, run, help)
+COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
+    "features": (FeaturesCommand, features, "teacher-forced pass: target features + top-k"),
+    "eval": (EvalCommand, heldout, "held-out acceptance of a saved head, by depth and kind"),
+    "finals": (FinalsCommand, finals, "add the final normed state to stored shards"),
+    "report": (ReportCommand, report, "a head folder's report, held-out table and curve"),
+    "corpus": (CorpusCommand, corpus, "chat-formatted text from this disk, as uint16 ids"),
+    "evalset": (EvalsetCommand, evalset, "held-out responses of the evaluation kinds"),
+    "train": (HeadTrainCommand, train, "train the head on stored features (resumable)"),
+    "cumulative": (
+        CumulativeConfig,
+        cumulative,
+        "go on training the committed head (resumable)",
+    ),
+}
