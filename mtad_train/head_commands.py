@@ -184,7 +184,7 @@ def heldout(cfg: EvalCommand) -> None:
 def report(cfg: ReportCommand) -> None:
     """A shipped head's report: held-out acceptance by evaluation kind and depth on the
     committed responses, the independent draft's figure on the same responses beside it, the
-    curve of the training stages, the verdict against issue 32's bar; ``report.md``,
+    curve of the training sessions, the verdict against issue 39's bar; ``report.md``,
     ``heldout.json`` and ``curve.png`` in the head's folder (``--notes``: a hand-written section
     appended, e.g. measured speed)."""
     from mtad_train.head_report import plot_curve, read_curve
@@ -247,8 +247,8 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
         f"- Layout: {head_cfg['head']}; one decoder layer ({n_params / 1e6:.2f}M trained "
         "parameters) over the target's final normed state and the embedding of the next token, "
         "the target's frozen embeddings and (sub-vocabulary) logits head.",
-        f"- Trained positions (last stage): {head_cfg.get('trained_positions', '?')}, step "
-        f"{head_cfg.get('step', '?')}.",
+        f"- Trained positions (all sessions): {head_cfg.get('trained_positions', '?')}, "
+        f"optimiser step {head_cfg.get('step', '?')}.",
         "",
         "## Held-out expected acceptance (committed responses, `assets/evalsets/`)",
         "",
@@ -275,7 +275,7 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
                 if k in res["head"]
             ),
         ]
-    lines += ["", "Curve of the training stages: `curve.png`.", ""]
+    lines += ["", "Curve of every session's points against positions trained: `curve.png`.", ""]
     if cfg.notes:
         lines += [Path(cfg.notes).read_text().rstrip(), ""]
     return lines

@@ -210,3 +210,17 @@ def test_sigterm_ends_the_session_after_its_step_with_an_export(tmp_path, head_f
     state = read_state(folder)
     assert state.steps >= 1
     assert [r["steps"] for r in _curve(folder)] == [state.steps]
+
+
+def test_the_reports_verdict_checks_each_figure_of_issue_39s_bar():
+    from mtad_train.head_report import verdict
+
+    def res(pooled, each):
+        out = {k: {"d1": each, "d2": 0.0, "d3": 0.0} for k in ("humaneval", "mtbench")}
+        out["all"] = dict(zip(("d1", "d2", "d3"), pooled, strict=True))
+        return out
+
+    assert verdict(res((0.5, 0.45, 0.4), 0.4), 3).startswith("Meets")
+    text = verdict(res((0.5, 0.44, 0.4), 0.39), 3)
+    assert text.startswith("Below issue 39's bar on 3 of 5 figures")
+    assert "all kinds, depth 2 0.440 < 0.45" in text and "mtbench, depth 1 0.390 < 0.4" in text
