@@ -26,6 +26,8 @@ What runs where:
   mask, so transformers asks SDPA for grouped-query attention, which not every kernel has);
 * SpS and SpecInfer chi-square against the target's exact distribution (CUDA only; the CPU's
   is in ``tests/test_engine.py``); same-seed determinism of sampled decoding;
+* one host read per iteration for AR, SpS and MTAD (``tests/host_syncs.py``'s counter; on
+  CUDA torch's sync detector's count beside it);
 * a target dispatched by accelerate with a layer on the CPU (hooks move activations across
   devices; cache crop and beam reorder cross them): every method equals the plain model;
 * the harness: ``run.py -m +experiment=smoke`` over all seven methods on the device with an
@@ -63,6 +65,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from host_syncs import GPU_PATH_WARP, count_per_iteration  # noqa: E402  (tests/: the counter)
 from method_params import METHOD_PARAMS  # noqa: E402  (tests/: small settings per method)
 from stats import chi2_critical  # noqa: E402
 
@@ -332,6 +335,46 @@ class _null:
         return None
 
 
+def check_host_syncs(device: str) -> str:
+    """One host read per iteration for AR, SpS and MTAD, sampled and greedy (the loop's rule,
+    ``tests/test_host_syncs.py`` on the CPU). On CUDA, torch's own detector
+    (``torch.cuda.set_sync_debug_mode``) counts what the device saw too, beside the reads:
+    the timers' explicit ``torch.cuda.synchronize`` calls are not among the reads."""
+    import warnings
+
+    target, draft = (m.to(device) for m in build_tiny_pair("llama", vocab_size=320, seed=0))
+    greedy = {"temperature": 0.0, "top_k": 0, "top_p": 1.0}
+    found = []
+    for method in ("ar", "sps", "mtad"):
+        for label, warp in (("sampled", GPU_PATH_WARP), ("greedy", greedy)):
+            dec = Decoder(
+                build_method(method, **{**METHOD_PARAMS[method], **warp}),
+                ModelRunner(target, "target"),
+                ModelRunner(draft, "draft"),
+            )
+            detected = None
+            if device.startswith("cuda"):
+                with warnings.catch_warnings(record=True) as seen:
+                    warnings.simplefilter("always")
+                    torch.cuda.set_sync_debug_mode("warn")
+                    try:
+                        count = count_per_iteration(dec, PROMPT, NEW_TOKENS)
+                    finally:
+                        torch.cuda.set_sync_debug_mode("default")
+                syncing = [w for w in seen if "synchroniz" in str(w.message)]
+                detected = len(syncing) / len(count.reads)
+            else:
+                count = count_per_iteration(dec, PROMPT, NEW_TOKENS)
+            per_iter = sorted(set(count.reads))
+            assert per_iter == [1], f"{method} {label}: {per_iter} reads per iteration"
+            assert count.setup == 0, f"{method} {label}: {count.setup} reads before the loop"
+            found.append(
+                f"{method}/{label}"
+                + (f" (detector {detected:.1f}/it)" if detected is not None else "")
+            )
+    return "1 host read per iteration: " + ", ".join(found)
+
+
 def check_chi_square(device: str) -> str:
     needs_cuda(device)
     vocab, runs = 8, 1500
@@ -575,6 +618,7 @@ def all_checks(quick: bool) -> list[tuple[str, Callable[[str], str]]]:
     checks += [
         ("cuda fp32 == cpu fp32", check_cuda_equals_cpu),
         ("tree mask == sequential", check_tree_mask),
+        ("host syncs per iteration", check_host_syncs),
         ("sps/specinfer chi-square", check_chi_square),
         ("same-seed determinism", check_determinism),
         ("accelerate-hooked target", check_hooked_target),

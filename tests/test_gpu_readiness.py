@@ -557,3 +557,28 @@ def test_restrict_vocab_keeps_its_ids_beside_a_dispatched_head() -> None:
     assert head.ids.device == head.weight.device == torch.device("meta")
     hidden = torch.randn(2, model.config.hidden_size)  # on the CPU, as from the last layer
     assert head(hidden).device == torch.device("meta")
+
+
+def test_a_jobs_phase_clocks_wait_for_every_gpu_and_start_no_cuda_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``overhead_s`` phases (load, warm-up, generation loop, scoring) are read once every GPU
+    finished what the phase queued; before CUDA is initialised (a CPU run on a GPU machine)
+    the clock waits for nothing and starts no CUDA context."""
+    from mtad.harness import job
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda i=None: events.append(f"sync {i}"))
+    monkeypatch.setattr(job.time, "perf_counter", lambda: events.append("clock") or 0.0)
+    into: dict[str, float] = {}
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    with job._timer(into, "load_models"):
+        events.append("load")
+    assert events == ["clock", "load", "clock"] and "load_models" in into
+    events.clear()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    with job._timer(into, "load_models"):
+        events.append("load")
+    assert events == ["clock", "load", "sync 0", "sync 1", "clock"]

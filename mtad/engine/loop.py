@@ -6,8 +6,10 @@ The :class:`Decoder` owns everything else, written once: the committed-id buffer
 generator, the cache resets, truncation at EOS and ``max_new_tokens``, and the statistics that
 Spec-Bench-style reports need (``new_tokens``, ``wall_time``, ``accept_lengths``).
 
-Hot-path rule (after gpt-fast's ``speculative_decode``): a step computes acceptance on tensors and
-reads the accepted length with a single host sync; rollbacks are cache crops, never copies.
+Hot-path rule (after gpt-fast's ``speculative_decode``): a step computes acceptance and the next
+token on tensors and reads them with a single host sync (the accepted length and the committed
+tokens together, handed over as :attr:`StepResult.token_ids`, so that the commit reads nothing
+again); rollbacks are cache crops, never copies. ``tests/host_syncs.py`` counts the reads.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class StepResult:
     drafted: int
     accepted: int
     drafted_nodes: int | None = None
+    # ``tokens`` as host ints, when the step has read them already (with its accepted length,
+    # in its one host read): the commit then reads the device no second time
+    token_ids: list[int] | None = None
 
 
 @dataclass
@@ -346,7 +351,8 @@ class Decoder:
         ``accepted`` keeps the verifier's accepted depth: acceptance is a property of draft and
         target, not of where the output happened to end.
         """
-        tokens = result.tokens.tolist()[: max_new_tokens - len(new)]
+        ids = result.token_ids if result.token_ids is not None else result.tokens.tolist()
+        tokens = ids[: max_new_tokens - len(new)]
         for i, tok in enumerate(tokens):
             if tok in self.eos_token_ids:
                 tokens = tokens[: i + 1]

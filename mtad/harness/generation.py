@@ -100,6 +100,15 @@ class Progress:
         self.bar.close()
 
 
+def synchronize_gpus() -> None:
+    """Wait for the work queued on every GPU this process uses (none before CUDA is
+    initialised: a CPU run on a GPU machine does not start a CUDA context for it), so that a
+    phase's clock counts the device work the phase queued."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for index in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(index)
+
+
 def release_memory() -> None:
     """Give a finished run's memory back before the next job of an in-process (basic launcher)
     sweep loads its own. A model dispatched by accelerate holds a reference cycle (its hooks set
@@ -173,6 +182,7 @@ __all__ = [
     "placement",
     "release_memory",
     "reset_peak_memory",
+    "synchronize_gpus",
     "task_kwargs",
     "text_generator",
     "warmup",

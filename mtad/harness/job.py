@@ -290,8 +290,11 @@ def _writing(prep: Prepared) -> Iterator[None]:
 
 @contextmanager
 def _timer(into: dict[str, float], key: str) -> Iterator[None]:
+    """A phase's wall time into ``into[key]``, read once the GPUs finished what it queued (a
+    model's copy to the GPU may still be in flight when ``load_models`` returns)."""
     start = time.perf_counter()
     yield
+    generation.synchronize_gpus()
     into[key] = time.perf_counter() - start
 
 

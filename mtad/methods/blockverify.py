@@ -22,7 +22,8 @@ chi-square tests of ``tests/test_engine.py`` and an exact enumeration in
 ``tests/test_blockverify.py``), and the expected accepted length over the draft is at least
 SpS's on the same draft (Theorem 2): at ``gamma = 1`` the two rules coincide. At temperature 0
 it is SpS's greedy verification (:func:`mtad.methods.sps.greedy_accept`). All of it is a few
-``[gamma, candidates]`` tensors read with one host sync (the accepted length), as in SpS.
+``[gamma, candidates]`` tensors read with one host sync (the accepted length and the tokens),
+as in SpS.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from mtad.engine import (
     StepResult,
     warp_candidates,
 )
+from mtad.methods.common import read_block
 from mtad.methods.registry import DraftDepth, register_method
 from mtad.methods.sps import (
     SpSParams,
@@ -111,22 +113,30 @@ def verification_plan(
 
 
 def next_token_distribution(
-    p: Candidates, resid: torch.Tensor, mass: torch.Tensor, k: int
+    p: Candidates, resid: torch.Tensor, mass: torch.Tensor, k: int | torch.Tensor
 ) -> Candidates:
-    """Where the next token comes from after ``k`` accepted tokens: the normalised weighted
-    residual of row ``k``, or the target's row ``g`` (the bonus token) when all ``g`` passed."""
-    if k == resid.shape[0]:
-        return p[k]
-    row = p[k]
-    return Candidates(row.tokens, normalized_residual(resid[k], mass[k], row.logp), row.dense)
+    """Where the next token comes from after ``k`` (0-d tensor, or int) accepted tokens: the
+    normalised weighted residual of row ``k``, or the target's row ``g`` (the bonus token) when
+    all ``g`` passed; chosen on the device, like SpS's
+    (:func:`mtad.methods.sps.residual_or_bonus`)."""
+    g = resid.shape[0]
+    k = torch.as_tensor(k, device=resid.device)
+    at = k.clamp(max=g - 1).reshape(1)
+    row, bonus = p[at][0], p[g]
+    stop = k < g
+    logp = torch.where(stop, normalized_residual(resid[at][0], mass[at][0], row.logp), bonus.logp)
+    if row.dense:
+        return Candidates.from_logprobs(logp)
+    return Candidates(torch.where(stop, row.tokens, bonus.tokens), logp, False)
 
 
 def block_verify(
     p: Candidates, q: Candidates, x: torch.Tensor, generator: torch.Generator
-) -> tuple[int, torch.Tensor]:
-    """Accepted length ``k`` (the one host sync of the iteration) and the next token ``[1]``."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accepted length ``k`` (0-d) and the next token ``[1]``, both on the device (no host
+    sync: :func:`~mtad.methods.common.read_block` reads them)."""
     h, resid, mass = verification_plan(p, q, x)
-    k = int(accepted_length(h, generator))
+    k = accepted_length(h, generator)
     return k, next_token_distribution(p, resid, mass, k).sample(generator).view(1)
 
 
@@ -154,7 +164,7 @@ class BlockVerification(DecodingMethod):
             else:
                 assert q is not None
                 k, next_token = block_verify(warp_candidates(logits, warp), q, x, ctx.generator)
-            tokens = torch.cat([x[:k], next_token])
+            k, tokens, ids = read_block(k, x, next_token)  # the one host sync of the iteration
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
-        return StepResult(tokens, drafted=g, accepted=k)
+        return StepResult(tokens, drafted=g, accepted=k, token_ids=ids)

@@ -19,7 +19,7 @@ import torch
 
 from mtad.engine import Candidates, DecodeContext, DecodingMethod, StepResult, warp_candidates
 from mtad.methods.beam import beam_sample
-from mtad.methods.common import BeamParams, check_tau
+from mtad.methods.common import BeamParams, check_tau, read_block
 from mtad.methods.registry import DraftDepth, register_method
 
 
@@ -88,9 +88,9 @@ class MTAD(DecodingMethod):
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
             logp = warp_candidates(logits, prm.warp)  # g + 1 rows
-            k = int(verify_block(logp, x, logq_x, prm.tau))  # the one host sync of the iteration
-            next_token = logp[k].sample(ctx.generator, prm.greedy)
-            tokens = torch.cat([x[:k], next_token.view(1)])
+            k = verify_block(logp, x, logq_x, prm.tau)
+            next_token = logp[k.reshape(1)][0].sample(ctx.generator, prm.greedy)
+            k, tokens, ids = read_block(k, x, next_token)  # the one host sync of the iteration
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
-        return StepResult(tokens, drafted=g, accepted=k)
+        return StepResult(tokens, drafted=g, accepted=k, token_ids=ids)

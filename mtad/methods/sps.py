@@ -24,7 +24,7 @@ from mtad.engine import (
     WarpConfig,
     warp_candidates,
 )
-from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.methods.common import SamplingParams, check_gamma, leading_true_count, read_block
 from mtad.methods.registry import DraftDepth, register_method
 
 
@@ -117,14 +117,31 @@ def normalized_residual(
     return torch.where(mass > 0, log_resid, logp)
 
 
-def greedy_accept(x: torch.Tensor, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+def residual_or_bonus(p: Candidates, q: Candidates, k: torch.Tensor) -> Candidates:
+    """Where the target's token comes from after ``k`` (0-d tensor) of ``g`` drafted tokens
+    passed: the residual ``norm(max(0, p_k - q_k))`` at a rejection, the plain target row
+    ``p_g`` (the bonus token) when all passed. Chosen on the device, so the accepted length is
+    read once, with the tokens (:func:`~mtad.methods.common.read_block`); one residual row is
+    computed, as when ``k`` is known on the host, and the same values come out."""
+    g = q.logp.shape[0]
+    at = k.clamp(max=g - 1).reshape(1)
+    resid, bonus = residual_candidates(p[at][0], q[at][0]), p[g]
+    stop = k < g
+    logp = torch.where(stop, resid.logp, bonus.logp)
+    if resid.dense:
+        return Candidates.from_logprobs(logp)
+    return Candidates(torch.where(stop, resid.tokens, bonus.tokens), logp, False)
+
+
+def greedy_accept(x: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification of drafted ``x`` ``[g]`` against the target's raw ``logits``
-    ``[g + 1, V]`` (warping keeps the argmax): the accepted length (the one host sync) and the
-    target's next token ``[1]``: SpS and block verification both reduce to it at temperature 0."""
+    ``[g + 1, V]`` (warping keeps the argmax): the accepted length (0-d) and the target's next
+    token ``[1]``, both on the device (no host sync): SpS and block verification both reduce
+    to it at temperature 0."""
     g = x.shape[0]
     target_argmax = logits.argmax(dim=-1)  # [g + 1]
-    k = int(leading_true_count(x == target_argmax[:g]))
-    return k, target_argmax[k : k + 1]
+    k = leading_true_count(x == target_argmax[:g])
+    return k, target_argmax.gather(0, k.reshape(1))
 
 
 @register_method(SpSParams)
@@ -151,15 +168,11 @@ class SpeculativeSampling(DecodingMethod):
             else:
                 assert q is not None
                 p = warp_candidates(logits, warp)  # g + 1 rows
-                logp_x = p[:g].logp_of(x)
-                logq_x = q.logp_of(x)
-                accept = speculative_accept(logp_x, logq_x, ctx.generator)
-                k = int(leading_true_count(accept))  # the one host sync of the iteration
-                # The next token: residual norm(max(0, p - q)) at a rejection, plain target at
-                # the bonus position -- computed for the one row the accepted length picks.
-                dist = residual_candidates(p[k], q[k]) if k < g else p[g]
-                next_token = dist.sample(ctx.generator).view(1)
-            tokens = torch.cat([x[:k], next_token])
+                k = leading_true_count(
+                    speculative_accept(p[:g].logp_of(x), q.logp_of(x), ctx.generator)
+                )
+                next_token = residual_or_bonus(p, q, k).sample(ctx.generator)
+            k, tokens, ids = read_block(k, x, next_token)  # the one host sync of the iteration
             ctx.target.crop(ctx.n + k)
             ctx.draft.crop(ctx.n + k)
-        return StepResult(tokens, drafted=g, accepted=k)
+        return StepResult(tokens, drafted=g, accepted=k, token_ids=ids)

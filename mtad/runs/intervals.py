@@ -45,8 +45,8 @@ from typing import Literal
 import numpy as np
 
 # scipy.stats is imported where an interval is computed: every run imports this module (its
-# summary line), most never compute an interval, and a GPU check machine has no scipy to spare
-# room for (scripts/gpu_bundle.sh)
+# summary line), most never compute an interval (the lent GPU machine's image has scipy, so
+# scripts/gpu_bundle.sh carries none)
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 9999
