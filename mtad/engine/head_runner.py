@@ -135,7 +135,11 @@ class HeadRunner:
         return self._logits(a, compact)
 
     def _logits(self, a: torch.Tensor, compact: bool) -> torch.Tensor:
-        logits = self.model.logits(a)
+        # as 2-D rows: a slice such as ``a[:, -1:]`` of ``[1, n, d]`` keeps the stride of n
+        # positions, and matmul does not fold such a 3-D input onto one ``mm`` (it checks
+        # strides of size-1 dims too): it broadcasts the weight to a batched product and copies
+        # its transpose, the whole (sub-)vocabulary matrix, every call (~14 MB, several ms)
+        logits = self.model.logits(a.reshape(-1, a.shape[-1])).view(*a.shape[:-1], -1)
         if compact or self.vocab_ids is None:
             return logits
         out = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
