@@ -20,6 +20,9 @@ _CHUNK = 64
 # meets are either candidate rows (tens to hundreds of entries) or vocabulary rows (32k-150k),
 # so any value in between makes the same choice on any CPU.
 _SPARSE_MIN_NUMEL = 2048
+# Up to this many top-k candidates in all (rows x window) their bookkeeping runs on the host
+# (:func:`_host_top_k`); beyond, Python's per-value cost outgrows the tensor ops it saves.
+_HOST_MAX = 1024
 
 
 def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
@@ -59,6 +62,13 @@ def top_k_top_p_candidates(
     vocab = flat.shape[-1]
     m = min(vocab, top_k + _TIE_SLACK)
     vals, idx = topk_rows(flat, m, top_k)  # sorted, descending
+    if 0 < vals.numel() <= _HOST_MAX and vals.dtype in (torch.float32, torch.bfloat16):
+        found = _host_top_k(vals, idx, top_k, m < vocab)
+        if found is not False:
+            if found is None:
+                return None
+            idx, top_k_vals = found
+            return idx, _top_p(top_k_vals, top_p)
     vals = vals.float()  # (bf16 rows: their top-k found in bf16, computed on in float32)
     kth = vals[:, top_k - 1 : top_k]
     if m < vocab and bool((vals[:, -1:] >= kth).any()):
@@ -68,11 +78,48 @@ def top_k_top_p_candidates(
         vals, by_val = vals.gather(-1, by_id).sort(dim=-1, descending=True, stable=True)
         idx = idx.gather(-1, by_val)
     top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
+    return idx, _top_p(top_k_vals, top_p)
+
+
+def _top_p(top_k_vals: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
-        return idx, top_k_vals
+        return top_k_vals
     probs = top_k_vals.softmax(dim=-1)
     drop = (probs.cumsum(dim=-1) - probs) >= top_p
-    return idx, top_k_vals.masked_fill(drop, NEG_INF)
+    return top_k_vals.masked_fill(drop, NEG_INF)
+
+
+def _host_top_k(
+    vals: torch.Tensor, idx: torch.Tensor, top_k: int, window: bool
+) -> tuple[torch.Tensor, torch.Tensor] | None | bool:
+    """The part of :func:`top_k_top_p_candidates` between ``topk`` and top-p, on the host:
+    the window check, the order of equal values by id and the top-k mask are comparisons and
+    a permutation, exact in Python floats (every float32 or bfloat16 value is one), and
+    replace a dozen small tensor ops -- each of which costs several times more right after a
+    forward than in a tight loop (its code and data evicted), the draft step's situation.
+    The same ``(idx, top_k_vals)`` as the tensor path, bit for bit; ``None``: the window
+    overflows; ``False``: a NaN (the tensor path decides what it gives)."""
+    rows = vals.tolist()
+    k1 = top_k - 1
+    reorder = False
+    for r in rows:
+        kth = r[k1]
+        if kth != kth or r[0] != r[0] or r[-1] != r[-1]:  # NaN (rows are sorted: ends hold it)
+            return False
+        if window and r[-1] >= kth:
+            return None
+        if not reorder and len(set(r)) < len(r):  # equal values (adjacent: sorted)
+            reorder = True
+    if reorder:  # descending value, equal values by ascending id (the generic path's order)
+        ids = idx.tolist()
+        for i, (r, t) in enumerate(zip(rows, ids, strict=True)):
+            if len(set(r)) < len(r):
+                order = sorted(range(len(r)), key=lambda j, r=r, t=t: (-r[j], t[j]))
+                rows[i] = [r[j] for j in order]
+                ids[i] = [t[j] for j in order]
+        idx = torch.tensor(ids, dtype=idx.dtype)
+    masked = [[x if x >= r[k1] else NEG_INF for x in r] for r in rows]
+    return idx, torch.tensor(masked, dtype=torch.float32)
 
 
 def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
