@@ -299,6 +299,18 @@ def sample_without_replacement(
     appear when fewer than ``k`` entries have non-zero probability, and callers must treat them as
     dead (``torch.multinomial`` would silently return such zero-probability indices instead).
     """
+    idx, all_valid = gumbel_top_k(logscores, k, generator, greedy)
+    if all_valid:
+        return idx, torch.ones(idx.shape, dtype=torch.bool, device=logscores.device)
+    return idx, torch.isfinite(logscores.gather(-1, idx))
+
+
+def gumbel_top_k(
+    logscores: torch.Tensor, k: int, generator: torch.Generator | None, greedy: bool = False
+) -> tuple[torch.Tensor, bool]:
+    """The indices of :func:`sample_without_replacement` (the same draws), and whether all
+    of them are known to be valid (picked among finite entries) without looking: callers that
+    read the picked scores anyway decide validity from those."""
     k = min(k, logscores.shape[-1])
     if not greedy and logscores.dim() == 1:
         live = sparse_support(logscores)
@@ -306,11 +318,9 @@ def sample_without_replacement(
             # Gumbel-top-k among the finite entries only (all picks are then valid)
             vals = logscores[live].float()
             top = torch.topk(vals + gumbel_like(vals, generator), k).indices
-            return live[0][top], torch.ones(k, dtype=torch.bool, device=logscores.device)
+            return live[0][top], True
     keys = logscores if greedy else perturb(logscores, generator)
-    idx = torch.topk(keys, k, dim=-1).indices
-    valid = torch.isfinite(logscores.gather(-1, idx))
-    return idx, valid
+    return torch.topk(keys, k, dim=-1).indices, False
 
 
 def sample_with_replacement(
