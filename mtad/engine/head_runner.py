@@ -176,7 +176,13 @@ class HeadRunner:
             return
         if self.rows != 1:
             raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
-        self.cache.batch_repeat_interleave(n)
-        self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+        # views, not copies: the rows are equal until the next position, whose cache update
+        # (a concatenation) and input writes them out anyway; nothing writes into these
+        # tensors in place (DynamicLayer crops by slicing and reorders by index_select)
+        for layer in self.cache.layers:
+            if layer.get_seq_length() > 0:
+                layer.keys = layer.keys.expand(n, *layer.keys.shape[1:])
+                layer.values = layer.values.expand(n, *layer.values.shape[1:])
+        self.cached_ids = self.cached_ids.expand(n, -1)
         if self.last is not None:
-            self.last = self.last.repeat_interleave(n, dim=0)
+            self.last = self.last.expand(n, -1)

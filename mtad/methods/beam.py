@@ -174,7 +174,7 @@ def _beam_sample_host(
         history.append(path_q)
         parents.append(parent_l)
         picks.append(tok_l)
-        if reorder_last or step < gamma - 1:
+        if (reorder_last or step < gamma - 1) and parent_l != list(range(width)):
             runner.select_rows(torch.tensor(parent_l, device=flat.device))
     dev = ids.device
     joints = [torch.tensor(q, dtype=torch.float32, device=dev).sum(dim=1) for q in history]
