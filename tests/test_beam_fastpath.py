@@ -5,6 +5,8 @@ sparse (top-k) and dense warping; and the CPU top-k candidates against their ten
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -185,12 +187,14 @@ def test_host_top_k_candidates_equal_the_tensor_path(dtype, monkeypatch):
         if trial % 19 == 0:
             x[:] = x[:, :1]  # a whole row of one value: the window overflows
         x = x.to(dtype)
-        for top_k, top_p in ((10, 0.9), (1, 0.5), (5, 1.0), (20, 0.95)):
+        for (top_k, top_p), normalise in itertools.product(
+            ((10, 0.9), (1, 0.5), (5, 1.0), (20, 0.95)), (False, True)
+        ):
             if top_k >= vocab:
                 continue
-            got = warping_cpu.top_k_top_p_candidates(x, top_k, top_p)
+            got = warping_cpu.top_k_top_p_candidates(x, top_k, top_p, normalise)
             monkeypatch.setattr(warping_cpu, "_HOST_MAX", 0)  # the tensor path
-            ref = warping_cpu.top_k_top_p_candidates(x, top_k, top_p)
+            ref = warping_cpu.top_k_top_p_candidates(x, top_k, top_p, normalise)
             monkeypatch.undo()
             assert (got is None) == (ref is None)
             if got is not None:
@@ -199,7 +203,7 @@ def test_host_top_k_candidates_equal_the_tensor_path(dtype, monkeypatch):
                 assert torch.equal(got[1].nan_to_num(7.0), ref[1].nan_to_num(7.0))
                 assert torch.equal(got[1].signbit(), ref[1].signbit())
                 checked += 1
-    assert checked > 500
+    assert checked > 1000
     # and through the public warping, on the rows a draft step warps
     logits = (torch.randn(4, 12289, generator=gen) * 3).to(dtype)
     a = warp_candidates(logits, WarpConfig(1.0, 10, 0.9))

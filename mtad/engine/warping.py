@@ -242,10 +242,9 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
         if w.temperature != 1.0:
             x = x / w.temperature
         flat = x.reshape(-1, vocab)
-        found = top_k_top_p_candidates(flat, w.top_k, w.top_p)
+        found = top_k_top_p_candidates(flat, w.top_k, w.top_p, True)  # normalised
         if found is not None:
-            idx, kept = found
-            logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+            idx, logp = found
             shape = (*logits.shape[:-1], idx.shape[-1])
             return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
     return Candidates.from_logprobs(warp_logprobs(logits, warp))
@@ -267,7 +266,7 @@ def compact_candidates(
     found = warp_candidates(logits, warp)
     if found.dense:
         return None
-    return Candidates(vocab_ids[found.tokens], found.logp, dense=False)
+    return Candidates(vocab_ids.take(found.tokens), found.logp, dense=False)
 
 
 def sample_from_logprobs(

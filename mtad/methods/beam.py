@@ -151,7 +151,7 @@ def _beam_sample_host(
     width = flat.shape[0]  # min(B, m)
     tok = flat if first.dense else first.tokens.index_select(0, flat)
     tok_l, raw_l = tok.tolist(), raw.tolist()
-    logw = renormalise(_dead_as_inf(raw, raw_l))
+    logw = _renormalise(raw, raw_l)
     paths = [[t] for t in tok_l]
     path_q = [[q] for q in raw_l]
     history = [path_q]  # every step's per-beam log q of the path, for the joints
@@ -168,7 +168,7 @@ def _beam_sample_host(
         parent_l = [f // m for f in flat_l]
         tok = flat % m if cand.dense else cand.tokens.reshape(-1).index_select(0, flat)
         tok_l, q_l = tok.tolist(), logp.index_select(0, flat).tolist()
-        logw = renormalise(_dead_as_inf(raw, raw_l))
+        logw = _renormalise(raw, raw_l)
         paths = [paths[p] + [t] for p, t in zip(parent_l, tok_l, strict=True)]
         path_q = [path_q[p] + [q] for p, q in zip(parent_l, q_l, strict=True)]
         history.append(path_q)
@@ -196,12 +196,18 @@ def _pick(
     return flat, scores.index_select(0, flat)
 
 
-def _dead_as_inf(raw: torch.Tensor, values: list[float]) -> torch.Tensor:
-    """``torch.where(isfinite(raw), raw, -inf)``: ``raw`` itself unless it holds NaN or +inf
-    (picked scores are log-probabilities: finite or -inf)."""
-    if all(v < INF for v in values):  # False for NaN and +inf
-        return raw
-    return torch.where(torch.isfinite(raw), raw, NEG_INF)
+def _renormalise(raw: torch.Tensor, values: list[float]) -> torch.Tensor:
+    """``renormalise(torch.where(isfinite(raw), raw, -inf))`` for the picked scores ``raw``
+    (``values`` on the host), bit for bit: picked scores are log-probabilities, finite or
+    -inf, so the ``where`` is needed only for NaN or +inf, and with the maximum known finite,
+    torch's logsumexp without its guard against infinite maxima."""
+    if not all(v < INF for v in values):  # NaN or +inf
+        return renormalise(torch.where(torch.isfinite(raw), raw, NEG_INF))
+    top = max(range(len(values)), key=values.__getitem__)
+    if values[top] == NEG_INF:
+        return renormalise(raw)
+    mx = raw[top : top + 1]
+    return raw - (raw - mx).exp_().sum(dim=-1, keepdim=True).log_().add_(mx)
 
 
 INF = float("inf")
