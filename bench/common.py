@@ -325,6 +325,7 @@ class ForwardClock:
 
     def __init__(self, modules: dict[str, torch.nn.Module | Sequence[torch.nn.Module]]) -> None:
         self.seconds = dict.fromkeys(modules, 0.0)
+        self.cpu_seconds = dict.fromkeys(modules, 0.0)  # process CPU time, same calls
         self.calls = dict.fromkeys(modules, 0)
         self._depth = 0
         self._sync = torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -340,7 +341,7 @@ class ForwardClock:
         @functools.wraps(forward)  # keeps inspect.signature (transformers reads it)
         def timed_forward(*args, **kwargs):
             self._depth += 1
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return forward(*args, **kwargs)
             finally:
@@ -349,6 +350,7 @@ class ForwardClock:
                     if self._sync:
                         torch.cuda.synchronize()
                     self.seconds[name] += time.perf_counter() - start
+                    self.cpu_seconds[name] += time.process_time() - cpu
                     self.calls[name] += 1
 
         return timed_forward
@@ -356,6 +358,7 @@ class ForwardClock:
     def reset(self) -> None:
         for k in self.seconds:
             self.seconds[k] = 0.0
+            self.cpu_seconds[k] = 0.0
             self.calls[k] = 0
 
     def snapshot(self) -> dict[str, float]:

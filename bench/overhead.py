@@ -18,6 +18,14 @@ length per iteration beside SpS's on the same prompts and seeds (so block verifi
 draft of each prompt is SpS's own; later drafts follow each method's output), with the paired
 difference and its 95% Student-t interval over prompts (:func:`accepted_vs_sps`).
 
+A third table sets the draft step in the loop beside its forward alone (issue 39), for every
+method drafting a chain with a separate draft (SpS, block verification: one row; MTAD: its
+``B`` beams): CPU time of the draft phase per drafted position (the draft's forwards plus
+warping, sampling, beam and cache bookkeeping), the part inside the draft's forwards, and the
+same rows' forward alone (``bench.forward_shapes``'s head figure: one drafted position on
+those rows) timed in the same run right after each prompt; ``step / alone`` is the median over
+prompts of the per-prompt ratio.
+
 ``--beam-draft N`` times only the beam draft (``mtad.methods.beam.beam_sample``, B=4, gamma=4,
 on the draft and, as MTJD drafts, on the target) after an N-token context, ``copy`` and
 ``inplace`` alternating, and prints the median of the paired per-repeat time ratios: the
@@ -31,15 +39,18 @@ cache bookkeeping the reorder changes, without the noise of whole generations.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
+import time
 
 import torch
 from scipy import stats as scipy_stats
 
 from bench import common
 from mtad.engine import Decoder, DecodeStats
+from mtad.engine.loop import DecodeContext
 from mtad.methods import METHODS, build_method
 
 # Every method runs at its params dataclass's defaults (the authors' B=4, gamma=4, tau=0.5;
@@ -92,17 +103,31 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
     methods = list(labels)
     stats: dict[str, list[DecodeStats]] = {m: [] for m in methods}
     fwd: dict[str, dict[str, float]] = {m: {"target": 0.0, "draft": 0.0} for m in methods}
-    for i, prompt in enumerate(prompts):
-        for m, dec in decoders.items():
-            use_reorder(m)
-            clock.reset()
-            out = dec.generate(prompt.ids, args.max_new, seed=args.seed + i)
-            stats[m].append(out.stats)
-            for k, v in clock.snapshot().items():
-                fwd[m][k] += v
-        if args.verbose:
-            print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
-    clock.remove()
+    # per prompt, CPU seconds: (draft phase, the draft's forwards); the same rows' forward alone
+    draft_cpu: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
+    alone: dict[str, list[float]] = {m: [] for m in methods}
+    stepping = {m: rows for m in methods if (rows := draft_step_rows(decoders[m]))}
+    gen = torch.Generator().manual_seed(args.seed)
+    phases = DraftPhaseCPU()
+    try:
+        for i, prompt in enumerate(prompts):
+            for m, dec in decoders.items():
+                use_reorder(m)
+                clock.reset()
+                phases.take()
+                out = dec.generate(prompt.ids, args.max_new, seed=args.seed + i)
+                stats[m].append(out.stats)
+                for k, v in clock.snapshot().items():
+                    fwd[m][k] += v
+                if m in stepping:  # the same rows' forward alone, right after, at the mean context
+                    draft_cpu[m].append((phases.take(), clock.cpu_seconds.get("draft", 0.0)))
+                    context = torch.tensor(prompt.ids + out.token_ids[: len(out.token_ids) // 2])
+                    alone[m].append(draft_forward_alone(bp, context, stepping[m], gen))
+            if args.verbose:
+                print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
+    finally:
+        clock.remove()
+        phases.remove()
 
     results = {}
     for m in methods:
@@ -190,6 +215,35 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             ["method", "mean accepted", "acceptance at depth 1 / 2 / ...", "histogram"],
             depth_rows,
         )
+    steps = draft_step_rows_table(stats, draft_cpu, alone, stepping)
+    for m, row in steps.items():
+        results[m]["draft_step"] = row
+    if steps:
+        common.print_table(
+            "the draft step in the loop against the same rows' forward alone (CPU ms per "
+            "drafted position, medians over prompts; 'alone' timed right after each prompt)",
+            [
+                "method",
+                "rows",
+                "step in loop",
+                "its forwards",
+                "forward alone",
+                "step / alone",
+                "forwards / alone",
+            ],
+            [
+                [
+                    m,
+                    r["rows"],
+                    f"{r['step_ms']:.2f}",
+                    f"{r['forward_in_loop_ms']:.2f}",
+                    f"{r['alone_ms']:.2f}",
+                    f"{r['ratio']:.2f}",
+                    f"{r['forward_ratio']:.2f}",
+                ]
+                for m, r in steps.items()
+            ],
+        )
     sps_labels = [k for k, (m, _) in labels.items() if m == "sps"]
     if sps_labels:
         paired = accepted_vs_sps(stats, labels, sps_labels[0])
@@ -211,6 +265,107 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             ],
         )
     return results
+
+
+def draft_step_rows(dec: Decoder) -> int:
+    """Rows of a method's drafted positions when it drafts a chain with a separate draft, one
+    position per step (SpS, block verification: 1; MTAD: its beams); 0 otherwise (no draft,
+    trees, MTJD drafting on the target)."""
+    method = dec.method
+    params = getattr(method, "params", None)
+    if dec.draft is None or dec.draft is dec.target or method.name not in CHAIN_DRAFTS:
+        return 0
+    return int(getattr(params, "beam_width", 1))
+
+
+CHAIN_DRAFTS = ("sps", "blockverify", "mtad")
+
+
+class DraftPhaseCPU:
+    """Process CPU time inside every method's ``draft`` phase (``DecodeContext.timed``, which
+    records wall time only): CPU time of a one-thread run is robust to other jobs sharing the
+    core, as ``bench.forward_shapes``'s figures are. Patched on the class until :meth:`remove`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._original = DecodeContext.timed
+        original, clock = self._original, self
+
+        @contextlib.contextmanager
+        def timed(ctx, phase: str):
+            start = time.process_time()
+            try:
+                with original(ctx, phase):
+                    yield
+            finally:
+                if phase == "draft":
+                    clock.seconds += time.process_time() - start
+
+        DecodeContext.timed = timed
+
+    def take(self) -> float:
+        """CPU seconds since the last call."""
+        out, self.seconds = self.seconds, 0.0
+        return out
+
+    def remove(self) -> None:
+        DecodeContext.timed = self._original
+
+
+def draft_forward_alone(
+    bp: common.BenchPair, context: torch.Tensor, rows: int, gen: torch.Generator, reps: int = 5
+) -> float:
+    """Median CPU seconds of the draft's forward alone for one drafted position on ``rows``
+    rows after ``context`` (``bench.forward_shapes``'s figure for a head: compact rows, each
+    row reading its own previous output), the first of ``reps + 1`` calls a warm-up."""
+    draft = bp.draft
+    if getattr(draft, "head", None) == "feature":
+        common.head_after_context(bp, context, rows)
+        times = [common.time_head_step(draft, rows, gen)[0] for _ in range(reps + 1)]
+    else:
+        draft.reset()
+        draft.feed(context)
+        draft.repeat_rows(rows)
+        times = []
+        for _ in range(reps + 1):
+            ids = torch.randint(0, draft.vocab_size, (rows, 1), generator=gen)
+            start = time.process_time()
+            draft.forward(ids, keep=1, compact=True)
+            times.append(1e3 * (time.process_time() - start))
+            draft.crop(draft.cache_len - 1)
+    bp.target.reset()
+    draft.reset()
+    return 1e-3 * statistics.median(times[1:])
+
+
+def draft_step_rows_table(
+    stats: dict[str, list[DecodeStats]],
+    draft_cpu: dict[str, list[tuple[float, float]]],
+    alone: dict[str, list[float]],
+    stepping: dict[str, int],
+) -> dict[str, dict[str, float]]:
+    """Per chain-drafting method, in CPU time per drafted position: its draft phase in the loop
+    (warping, sampling, beam and cache bookkeeping included), the part of it inside the
+    draft's forwards, and the same rows' forward alone timed right after each prompt in this
+    run; ``ratio``: the median over prompts of in-loop step / forward alone."""
+    out = {}
+    for m, rows in stepping.items():
+        per_prompt = []
+        for s, (phase, fwd), a in zip(stats[m], draft_cpu[m], alone[m], strict=True):
+            steps = sum(s.draft_depths)
+            if steps and a > 0:
+                per_prompt.append((phase / steps, fwd / steps, a))
+        if not per_prompt:
+            continue
+        out[m] = {
+            "rows": rows,
+            "step_ms": 1e3 * statistics.median(x[0] for x in per_prompt),
+            "forward_in_loop_ms": 1e3 * statistics.median(x[1] for x in per_prompt),
+            "alone_ms": 1e3 * statistics.median(x[2] for x in per_prompt),
+            "ratio": statistics.median(x[0] / x[2] for x in per_prompt),
+            "forward_ratio": statistics.median(x[1] / x[2] for x in per_prompt),
+        }
+    return out
 
 
 def paired_t_interval(diffs: list[float], confidence: float = 0.95) -> tuple[float, float]:

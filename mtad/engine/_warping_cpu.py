@@ -14,12 +14,16 @@ import torch
 from mtad.engine.kernels import KernelTable, cache_evictor, kernel_table
 
 NEG_INF = float("-inf")
+INF = float("inf")
 _TIE_SLACK = 16  # extra top-k candidates that absorb ties at the k-th value
 _CHUNK = 64
 # Below this many entries noise for every entry beats finding the support. The rows the engine
 # meets are either candidate rows (tens to hundreds of entries) or vocabulary rows (32k-150k),
 # so any value in between makes the same choice on any CPU.
 _SPARSE_MIN_NUMEL = 2048
+# Up to this many top-k candidates in all (rows x window) their bookkeeping runs on the host
+# (:func:`_host_top_k`); beyond, Python's per-value cost outgrows the tensor ops it saves.
+_HOST_MAX = 1024
 
 
 def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor | None:
@@ -47,18 +51,34 @@ def top_k_top_p_masked(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
 
 
 def top_k_top_p_candidates(
-    flat: torch.Tensor, top_k: int, top_p: float
+    flat: torch.Tensor, top_k: int, top_p: float, normalise: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Top-k (+ top-p) survivors of ``[rows, V]`` logits among ``top_k + slack`` candidates.
 
     Returns ``(idx, kept)``: candidate ids ordered by descending value, equal values by
     ascending id (the generic path's order), and their values after top-k and top-p
     (``-inf`` for candidates dropped); ``None`` when ties at the k-th value overflow the
-    candidate window.
+    candidate window. ``normalise``: the values as log-probabilities over the survivors,
+    ``kept - logsumexp(kept)`` (bit for bit; with the row maxima known finite, torch's
+    logsumexp without its guard against infinite maxima).
     """
     vocab = flat.shape[-1]
     m = min(vocab, top_k + _TIE_SLACK)
     vals, idx = topk_rows(flat, m, top_k)  # sorted, descending
+    if 0 < vals.numel() <= _HOST_MAX and vals.dtype in (torch.float32, torch.bfloat16):
+        found = _host_top_k(vals, idx, top_k, m < vocab)
+        if found is not False:
+            if found is None:
+                return None
+            idx, top_k_vals, finite_max = found
+            kept = _top_p(top_k_vals, top_p)
+            if not normalise:
+                return idx, kept
+            if not finite_max:
+                return idx, kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+            # the first candidate is the row's maximum (top-k and top-p always keep it)
+            mx = kept[:, :1]
+            return idx, kept - (kept - mx).exp_().sum(dim=-1, keepdim=True).log_().add_(mx)
     vals = vals.float()  # (bf16 rows: their top-k found in bf16, computed on in float32)
     kth = vals[:, top_k - 1 : top_k]
     if m < vocab and bool((vals[:, -1:] >= kth).any()):
@@ -67,12 +87,53 @@ def top_k_top_p_candidates(
         idx, by_id = idx.sort(dim=-1)
         vals, by_val = vals.gather(-1, by_id).sort(dim=-1, descending=True, stable=True)
         idx = idx.gather(-1, by_val)
-    top_k_vals = vals.masked_fill(vals < kth, NEG_INF)
+    kept = _top_p(vals.masked_fill(vals < kth, NEG_INF), top_p)
+    if normalise:
+        return idx, kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+    return idx, kept
+
+
+def _top_p(top_k_vals: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
-        return idx, top_k_vals
+        return top_k_vals
     probs = top_k_vals.softmax(dim=-1)
     drop = (probs.cumsum(dim=-1) - probs) >= top_p
-    return idx, top_k_vals.masked_fill(drop, NEG_INF)
+    return top_k_vals.masked_fill(drop, NEG_INF)
+
+
+def _host_top_k(
+    vals: torch.Tensor, idx: torch.Tensor, top_k: int, window: bool
+) -> tuple[torch.Tensor, torch.Tensor, bool] | None | bool:
+    """The part of :func:`top_k_top_p_candidates` between ``topk`` and top-p, on the host:
+    the window check, the order of equal values by id and the top-k mask are comparisons and
+    a permutation, exact in Python floats (every float32 or bfloat16 value is one), and
+    replace a dozen small tensor ops -- each of which costs several times more right after a
+    forward than in a tight loop (its code and data evicted), the draft step's situation.
+    The same ``(idx, top_k_vals)`` as the tensor path, bit for bit, and whether every row's
+    maximum is finite; ``None``: the window overflows; ``False``: a NaN (the tensor path
+    decides what it gives)."""
+    rows = vals.tolist()
+    k1 = top_k - 1
+    reorder = False
+    for r in rows:
+        kth = r[k1]
+        if kth != kth or r[0] != r[0] or r[-1] != r[-1]:  # NaN (rows are sorted: ends hold it)
+            return False
+        if window and r[-1] >= kth:
+            return None
+        if not reorder and len(set(r)) < len(r):  # equal values (adjacent: sorted)
+            reorder = True
+    if reorder:  # descending value, equal values by ascending id (the generic path's order)
+        ids = idx.tolist()
+        for i, (r, t) in enumerate(zip(rows, ids, strict=True)):
+            if len(set(r)) < len(r):
+                order = sorted(range(len(r)), key=lambda j, r=r, t=t: (-r[j], t[j]))
+                rows[i] = [r[j] for j in order]
+                ids[i] = [t[j] for j in order]
+        idx = torch.tensor(ids, dtype=idx.dtype)
+    masked = [[x if x >= r[k1] else NEG_INF for x in r] for r in rows]
+    finite_max = all(-INF < r[0] < INF for r in rows)
+    return idx, torch.tensor(masked, dtype=torch.float32), finite_max
 
 
 def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:

@@ -135,7 +135,11 @@ class HeadRunner:
         return self._logits(a, compact)
 
     def _logits(self, a: torch.Tensor, compact: bool) -> torch.Tensor:
-        logits = self.model.logits(a)
+        # as 2-D rows: a slice such as ``a[:, -1:]`` of ``[1, n, d]`` keeps the stride of n
+        # positions, and matmul does not fold such a 3-D input onto one ``mm`` (it checks
+        # strides of size-1 dims too): it broadcasts the weight to a batched product and copies
+        # its transpose, the whole (sub-)vocabulary matrix, every call (~14 MB, several ms)
+        logits = self.model.logits(a.reshape(-1, a.shape[-1])).view(*a.shape[:-1], -1)
         if compact or self.vocab_ids is None:
             return logits
         out = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
@@ -172,7 +176,13 @@ class HeadRunner:
             return
         if self.rows != 1:
             raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
-        self.cache.batch_repeat_interleave(n)
-        self.cached_ids = self.cached_ids.repeat_interleave(n, dim=0)
+        # views, not copies: the rows are equal until the next position, whose cache update
+        # (a concatenation) and input writes them out anyway; nothing writes into these
+        # tensors in place (DynamicLayer crops by slicing and reorders by index_select)
+        for layer in self.cache.layers:
+            if layer.get_seq_length() > 0:
+                layer.keys = layer.keys.expand(n, *layer.keys.shape[1:])
+                layer.values = layer.values.expand(n, *layer.values.shape[1:])
+        self.cached_ids = self.cached_ids.expand(n, -1)
         if self.last is not None:
-            self.last = self.last.repeat_interleave(n, dim=0)
+            self.last = self.last.expand(n, -1)

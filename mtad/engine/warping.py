@@ -242,10 +242,9 @@ def warp_candidates(logits: torch.Tensor, warp: WarpConfig) -> Candidates:
         if w.temperature != 1.0:
             x = x / w.temperature
         flat = x.reshape(-1, vocab)
-        found = top_k_top_p_candidates(flat, w.top_k, w.top_p)
+        found = top_k_top_p_candidates(flat, w.top_k, w.top_p, True)  # normalised
         if found is not None:
-            idx, kept = found
-            logp = kept - torch.logsumexp(kept, dim=-1, keepdim=True)
+            idx, logp = found
             shape = (*logits.shape[:-1], idx.shape[-1])
             return Candidates(idx.reshape(shape), logp.reshape(shape), dense=False)
     return Candidates.from_logprobs(warp_logprobs(logits, warp))
@@ -267,7 +266,7 @@ def compact_candidates(
     found = warp_candidates(logits, warp)
     if found.dense:
         return None
-    return Candidates(vocab_ids[found.tokens], found.logp, dense=False)
+    return Candidates(vocab_ids.take(found.tokens), found.logp, dense=False)
 
 
 def sample_from_logprobs(
@@ -299,6 +298,18 @@ def sample_without_replacement(
     appear when fewer than ``k`` entries have non-zero probability, and callers must treat them as
     dead (``torch.multinomial`` would silently return such zero-probability indices instead).
     """
+    idx, all_valid = gumbel_top_k(logscores, k, generator, greedy)
+    if all_valid:
+        return idx, torch.ones(idx.shape, dtype=torch.bool, device=logscores.device)
+    return idx, torch.isfinite(logscores.gather(-1, idx))
+
+
+def gumbel_top_k(
+    logscores: torch.Tensor, k: int, generator: torch.Generator | None, greedy: bool = False
+) -> tuple[torch.Tensor, bool]:
+    """The indices of :func:`sample_without_replacement` (the same draws), and whether all
+    of them are known to be valid (picked among finite entries) without looking: callers that
+    read the picked scores anyway decide validity from those."""
     k = min(k, logscores.shape[-1])
     if not greedy and logscores.dim() == 1:
         live = sparse_support(logscores)
@@ -306,11 +317,9 @@ def sample_without_replacement(
             # Gumbel-top-k among the finite entries only (all picks are then valid)
             vals = logscores[live].float()
             top = torch.topk(vals + gumbel_like(vals, generator), k).indices
-            return live[0][top], torch.ones(k, dtype=torch.bool, device=logscores.device)
+            return live[0][top], True
     keys = logscores if greedy else perturb(logscores, generator)
-    idx = torch.topk(keys, k, dim=-1).indices
-    valid = torch.isfinite(logscores.gather(-1, idx))
-    return idx, valid
+    return torch.topk(keys, k, dim=-1).indices, False
 
 
 def sample_with_replacement(

@@ -26,6 +26,7 @@ from mtad.engine import (
     sample_with_replacement,
     sample_without_replacement,
 )
+from mtad.engine.warping import gumbel_top_k
 
 
 @dataclass
@@ -60,10 +61,38 @@ def beam_sample(
     warp: WarpConfig,
     generator: torch.Generator,
     replacement: bool = False,
+    reorder_last: bool = True,
 ) -> BeamDraft:
     """Draft ``gamma`` tokens on ``beam_width`` beams; the runner's cache ends with B rows
     holding ``ids + beam[:-1]`` (reordered by parent), ready for :meth:`ModelRunner.select_rows`.
+
+    ``reorder_last=False`` skips the last step's reorder (the cache's row ``parents[-1][b]``
+    holds beam ``b``'s context): a caller that keeps one beam selects that row once, instead
+    of reordering all of them first (MTAD).
+
+    On the CPU, sampling without replacement, the bookkeeping between the draft's forwards
+    runs on the host (:func:`_beam_sample_host`): the same draws, weights and beams bit for bit
+    as the tensor form (:func:`_beam_sample_tensors`, every other device and with replacement)
+    with a fraction of its small tensor ops.
     """
+    if replacement or ids.device.type != "cpu":
+        return _beam_sample_tensors(
+            runner, ids, gamma, beam_width, warp, generator, replacement, reorder_last
+        )
+    return _beam_sample_host(runner, ids, gamma, beam_width, warp, generator, reorder_last)
+
+
+def _beam_sample_tensors(
+    runner: ModelRunner,
+    ids: torch.Tensor,
+    gamma: int,
+    beam_width: int,
+    warp: WarpConfig,
+    generator: torch.Generator,
+    replacement: bool = False,
+    reorder_last: bool = True,
+) -> BeamDraft:
+    """:func:`beam_sample` on tensors only: no host sync."""
     greedy = warp.greedy
     pick = sample_with_replacement if replacement else sample_without_replacement
     # Each step's warped q as candidates (a few dozen per row on the CPU with top-k, else the
@@ -80,20 +109,105 @@ def beam_sample(
     picks = [tok]
     joints = [logq.sum(dim=1)]
     runner.repeat_rows(width)
-    for _ in range(1, gamma):
-        step = runner.candidates(runner.forward(tokens[:, -1:], compact=True)[:, -1], warp)
-        m = step.logp.shape[-1]
-        scores = (logw[:, None] + step.logp).flatten()
+    for step in range(1, gamma):
+        cand = runner.candidates(runner.forward(tokens[:, -1:], compact=True)[:, -1], warp)
+        m = cand.logp.shape[-1]
+        scores = (logw[:, None] + cand.logp).flatten()
         flat, valid = pick(scores, width, generator, greedy)
         parent, slot = flat // m, flat % m
-        tok = step.tokens[parent, slot]
+        tok = cand.tokens[parent, slot]
         tokens = torch.cat([tokens[parent], tok[:, None]], dim=1)
-        logq = torch.cat([logq[parent], step.logp[parent, slot][:, None]], dim=1)
+        logq = torch.cat([logq[parent], cand.logp[parent, slot][:, None]], dim=1)
         logw = renormalise(torch.where(valid, scores[flat], NEG_INF))
         parents.append(parent)
         picks.append(tok)
         joints.append(logq.sum(dim=1))
-        runner.select_rows(parent)
+        if reorder_last or step < gamma - 1:
+            runner.select_rows(parent)
     return BeamDraft(
         tokens, logq, logw, torch.stack(parents), torch.stack(picks), torch.stack(joints)
     )
+
+
+def _beam_sample_host(
+    runner: ModelRunner,
+    ids: torch.Tensor,
+    gamma: int,
+    beam_width: int,
+    warp: WarpConfig,
+    generator: torch.Generator,
+    reorder_last: bool = True,
+) -> BeamDraft:
+    """:func:`_beam_sample_tensors` without replacement on the CPU, where host reads are
+    free: the scores, the Gumbel keys, the top-B pick and the weights are the same tensor ops
+    (so the same draws from the same generator and the same float32 values), and what only
+    moves values around -- beam paths, parents, picked tokens and their log-probabilities,
+    the validity of picks -- is kept in Python lists and turned into tensors once at the end.
+    Each of the small tensor ops this saves costs several times more between the draft's
+    forwards than in a tight loop (its code and data evicted by the forward)."""
+    greedy = warp.greedy
+    first = runner.candidates(runner.feed(ids, compact=True)[0, -1], warp)  # [m]
+    flat, raw = _pick(first.logp, beam_width, generator, greedy)
+    width = flat.shape[0]  # min(B, m)
+    tok = flat if first.dense else first.tokens.index_select(0, flat)
+    tok_l, raw_l = tok.tolist(), raw.tolist()
+    logw = _renormalise(raw, raw_l)
+    paths = [[t] for t in tok_l]
+    path_q = [[q] for q in raw_l]
+    history = [path_q]  # every step's per-beam log q of the path, for the joints
+    parents = [[0] * width]
+    picks = [tok_l]
+    runner.repeat_rows(width)
+    for step in range(1, gamma):
+        cand = runner.candidates(runner.forward(tok.view(-1, 1), compact=True)[:, -1], warp)
+        m = cand.logp.shape[-1]
+        logp = cand.logp.reshape(-1)
+        scores = (logw[:, None] + cand.logp).flatten()
+        flat, raw = _pick(scores, width, generator, greedy)
+        flat_l, raw_l = flat.tolist(), raw.tolist()
+        parent_l = [f // m for f in flat_l]
+        tok = flat % m if cand.dense else cand.tokens.reshape(-1).index_select(0, flat)
+        tok_l, q_l = tok.tolist(), logp.index_select(0, flat).tolist()
+        logw = _renormalise(raw, raw_l)
+        paths = [paths[p] + [t] for p, t in zip(parent_l, tok_l, strict=True)]
+        path_q = [path_q[p] + [q] for p, q in zip(parent_l, q_l, strict=True)]
+        history.append(path_q)
+        parents.append(parent_l)
+        picks.append(tok_l)
+        if (reorder_last or step < gamma - 1) and parent_l != list(range(width)):
+            runner.select_rows(torch.tensor(parent_l, device=flat.device))
+    dev = ids.device
+    joints = [torch.tensor(q, dtype=torch.float32, device=dev).sum(dim=1) for q in history]
+    return BeamDraft(
+        torch.tensor(paths, dtype=torch.long, device=dev),
+        torch.tensor(path_q, dtype=torch.float32, device=dev),
+        logw,
+        torch.tensor(parents, dtype=torch.long, device=dev),
+        torch.tensor(picks, dtype=torch.long, device=dev),
+        torch.stack(joints),
+    )
+
+
+def _pick(
+    scores: torch.Tensor, k: int, generator: torch.Generator, greedy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_without_replacement(scores, k, ...)``'s indices and the picked scores."""
+    flat, _ = gumbel_top_k(scores, k, generator, greedy)
+    return flat, scores.index_select(0, flat)
+
+
+def _renormalise(raw: torch.Tensor, values: list[float]) -> torch.Tensor:
+    """``renormalise(torch.where(isfinite(raw), raw, -inf))`` for the picked scores ``raw``
+    (``values`` on the host), bit for bit: picked scores are log-probabilities, finite or
+    -inf, so the ``where`` is needed only for NaN or +inf, and with the maximum known finite,
+    torch's logsumexp without its guard against infinite maxima."""
+    if not all(v < INF for v in values):  # NaN or +inf
+        return renormalise(torch.where(torch.isfinite(raw), raw, NEG_INF))
+    top = max(range(len(values)), key=values.__getitem__)
+    if values[top] == NEG_INF:
+        return renormalise(raw)
+    mx = raw[top : top + 1]
+    return raw - (raw - mx).exp_().sum(dim=-1, keepdim=True).log_().add_(mx)
+
+
+INF = float("inf")

@@ -80,11 +80,20 @@ class MTAD(DecodingMethod):
         assert ctx.draft is not None
         with ctx.timed("draft"):
             beams = beam_sample(
-                ctx.draft, ctx.ids, g, prm.beam_width, prm.warp, ctx.generator, prm.replacement
+                ctx.draft,
+                ctx.ids,
+                g,
+                prm.beam_width,
+                prm.warp,
+                ctx.generator,
+                prm.replacement,
+                reorder_last=False,
             )
             best = beams.best
             x, logq_x = beams.tokens[best], beams.logq[best]
-            ctx.draft.select_rows(best.view(1))
+            # the cache's rows are in their order before the last step: the best beam's
+            # context is its parent's row (one row selected, no reorder of all rows first)
+            ctx.draft.select_rows(beams.parents[-1][best].view(1))
         with ctx.timed("verify"):
             logits = ctx.target.feed(ctx.ids, extra=x)[0, -(g + 1) :]
             logp = warp_candidates(logits, prm.warp)  # g + 1 rows
