@@ -43,7 +43,6 @@ from mtad.runs.comparison import (
     add_comparisons,
     seed_means,
 )
-from mtad.runs.frame import run_record
 from mtad.runs.intervals import (
     UNRESOLVED,
     seed_mean,
@@ -104,11 +103,11 @@ def _planned_row(status: RunStatus, cache: dict[str, dict[str, Any]]) -> dict[st
         "signature": status.signature,
         **{f"param.{k}": v for k, v in p.params.items()},
     }
-    if status.state != "done" or status.result_dir is None:
+    if status.state != "done":
         return row
     sig = str(status.signature)
     if sig not in cache:
-        cache[sig] = run_record(status.result_dir) or {}
+        cache[sig] = status.record() or {}
     for key, value in cache[sig].items():
         row.setdefault(key, value)
     return row

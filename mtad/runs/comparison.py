@@ -189,12 +189,25 @@ def with_identity(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+# The row column holding a stored run's per-prompt records (mtad.runs.store): a run re-rendered
+# from a committed reference has no result folder.
+STORED_PROMPTS = "stored_prompts"
+
+
+def run_prompts(row: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    """A run row's per-prompt records: its stored ones (:data:`STORED_PROMPTS`), else those of
+    its result folder (:func:`mtad.runs.folder.per_prompt`)."""
+    stored = row.get(STORED_PROMPTS)
+    if isinstance(stored, dict):
+        return stored
+    return per_prompt(Path(str(row["result_dir"])))
+
+
 def paired_samples(pair: PairedRuns) -> Iterator[tuple[Any, dict[str, Any], dict[str, Any]]]:
     """``(prompt id, run record, baseline record)`` for every prompt both runs decoded, in the
     run's order; a record is the prompt's ``samples.jsonl`` line merged with its
     ``timings.jsonl`` line (``mean_logprob``, ``new_tokens``, ``wall_time``, ...)."""
-    run = per_prompt(Path(str(pair.run["result_dir"])))
-    base = per_prompt(Path(str(pair.baseline["result_dir"])))
+    run, base = run_prompts(pair.run), run_prompts(pair.baseline)
     for prompt_id, record in run.items():
         if prompt_id in base:
             yield prompt_id, record, base[prompt_id]
@@ -295,6 +308,7 @@ def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFram
 
 __all__ = [
     "BY_COLUMN",
+    "STORED_PROMPTS",
     "CHANGE_COLUMNS",
     "COMPARISONS",
     "COMPARISON_COLUMNS",
@@ -306,5 +320,6 @@ __all__ = [
     "number",
     "paired_runs",
     "paired_samples",
+    "run_prompts",
     "seed_means",
 ]
