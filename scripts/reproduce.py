@@ -102,7 +102,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.overrides = [w for w in words if "=" in w or w.startswith(("+", "~"))]
     args.recipes = [w for w in words if w not in args.overrides]
     if args.records is not None:
-        if args.recipes or args.overrides or args.dry_run or args.pairs:
+        runs = [o for o in args.overrides if not o.lstrip("+~").startswith("hydra")]
+        if args.recipes or runs or args.dry_run or args.pairs:
             parser.error("--records renders the recipes, pairs and overrides it records: no more")
         args.render_only = True
     elif not args.recipes:

@@ -44,6 +44,7 @@ from mtad.runs.intervals import (
     Kind,
     PairedValues,
     identity,
+    mean_bootstrap,
     paired_bootstrap,
     perplexity,
     seed_interval,
@@ -293,6 +294,28 @@ def comparison_interval(pairs: Iterable[PairedRuns]) -> Interval:
     return seed_interval(per_seed, min(prompts) if prompts else 0, comparison.kind)
 
 
+def score_interval(runs: pd.DataFrame) -> Interval | None:
+    """The downstream score of ``runs`` (one method on one pair and task, one row per seed)
+    with its 95% interval over prompts (:func:`mtad.runs.intervals.mean_bootstrap`), from
+    the per-prompt field the task names (``score_record``), over the prompts every run
+    decoded; None when the task has no per-prompt score."""
+    rows = runs.to_dict("records")
+    fields = {str(r.get("score_record")) for r in rows}
+    if not rows or len(fields) != 1 or fields & {"None", "nan"}:
+        return None
+    field = fields.pop()
+    per_run = [run_prompts(r) for r in rows]
+    common = [pid for pid in per_run[0] if all(pid in p for p in per_run[1:])]
+    if not common:
+        return None
+
+    def value(record: dict[str, Any]) -> float:
+        x = number(record.get(field))
+        return math.nan if x is None else x
+
+    return mean_bootstrap(np.array([[value(p[pid]) for pid in common] for p in per_run]))
+
+
 def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFrame:
     """The mean over each group's rows (its seeds) of ``columns``: a comparison column by its
     kind (:func:`mtad.runs.intervals.seed_mean`: a factor's geometric mean), any other column
@@ -321,5 +344,6 @@ __all__ = [
     "paired_runs",
     "paired_samples",
     "run_prompts",
+    "score_interval",
     "seed_means",
 ]
