@@ -6,6 +6,8 @@
     python scripts/reproduce.py main ablation_tau --profile paper --pairs llama2_13b \\
         hydra/launcher=slurm_1gpu                                    # GPUs via SLURM
     python scripts/reproduce.py all --profile paper --dry-run       # every run, its state, cost
+    python scripts/reproduce.py --records results/reference/cpu/records --root /tmp/re
+                                                                     # re-render a reference
 
 Recipes are ``experiments/*.yaml``, profiles ``experiments/profiles.yaml``. Missing runs are
 launched as one Hydra multirun (``run.py -m hydra/sweeper=recipes ...``) so any Hydra launcher
@@ -18,7 +20,10 @@ harness runs launched and the analysis run log to one folder, ``--wandb-dir`` (t
 ``logger=none`` (smoke) logs no harness run, and the output says so.
 Other ``key=value`` arguments are Hydra overrides for every run (``task.limit=2``); method, task
 and seed belong to the recipes and are refused. ``--export DIR`` copies the rendering without
-samples (the committed CPU reference: ``--export results/reference/cpu``).
+samples, with the compact per-run records the rendering rests on (``records/``,
+:mod:`mtad.runs.store`; the committed CPU reference: ``--export results/reference/cpu``).
+``--records DIR`` renders such a records folder again, on any machine: no run folder is read
+and nothing is launched (the recipes, profile, pairs and overrides are the recorded ones).
 """
 
 from __future__ import annotations
@@ -37,12 +42,19 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere: the repository's
 
 from mtad.harness.results import environment  # noqa: E402
 from mtad.paper import wandb_publish  # noqa: E402
-from mtad.paper.plan import Plan, describe, make_plan  # noqa: E402
+from mtad.paper.plan import (  # noqa: E402
+    Plan,
+    describe,
+    make_plan,
+    plan_from_records,
+    write_plan_records,
+)
 from mtad.paper.recipes import PROFILES, RecipeError  # noqa: E402
 from mtad.paper.render import render  # noqa: E402
 from mtad.paper.rendered import Rendered  # noqa: E402
 from mtad.paper.status import hydra_composer  # noqa: E402
 from mtad.runs.folder import write_json  # noqa: E402
+from mtad.runs.store import RECORDS_DIR  # noqa: E402
 
 EXIT_USAGE = 2
 
@@ -53,7 +65,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "recipes",
-        nargs="+",
+        nargs="*",
         help="recipe names (experiments/*.yaml) or 'all'",
         metavar="RECIPE|all|OVERRIDE",
     )
@@ -79,12 +91,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--publish", action="store_true", help="save the W&B report (W&B online) and print its URL"
     )
     parser.add_argument("--export", type=Path, help="copy the rendering (no samples) here")
+    parser.add_argument(
+        "--records",
+        type=Path,
+        help="render this records folder (an export's records/) instead of run folders",
+    )
     args = parser.parse_intermixed_args(argv)
     # Positional words with "=" (or starting with "+"/"~") are Hydra overrides.
     words = args.recipes
     args.overrides = [w for w in words if "=" in w or w.startswith(("+", "~"))]
     args.recipes = [w for w in words if w not in args.overrides]
-    if not args.recipes:
+    if args.records is not None:
+        runs = [o for o in args.overrides if not o.lstrip("+~").startswith("hydra")]
+        if args.recipes or runs or args.dry_run or args.pairs:
+            parser.error("--records renders the recipes, pairs and overrides it records: no more")
+        args.render_only = True
+    elif not args.recipes:
         parser.error("name at least one recipe, or 'all'")
     if any(o.lstrip("+~").startswith("logger.dir=") for o in args.overrides):
         parser.error("logger.dir: set by --wandb-dir (one folder holds every run the report shows)")
@@ -96,6 +118,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def plan_runs(args: argparse.Namespace) -> Plan:
+    if args.records is not None:
+        return plan_from_records(args.records)
     pairs = args.pairs.split(",") if args.pairs else None
     with hydra_composer() as compose:
         return make_plan(args.recipes, args.profile, compose, pairs, args.run_overrides)
@@ -224,7 +248,9 @@ def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
     # The commit(s) the runs ran at (each run's environment.json), beside the rendering's own.
     run_commits = set()
     for s in plan.status.values():
-        if s.state == "done" and s.result_dir is not None:
+        if s.state == "done" and s.stored is not None:
+            run_commits.add(str(s.stored.commit))
+        elif s.state == "done" and s.result_dir is not None:
             run_env = json.loads((s.result_dir / "environment.json").read_text())
             run_commits.add(str((run_env.get("git") or {}).get("commit")))
     summary["run_commits"] = sorted(run_commits)
@@ -234,12 +260,14 @@ def export(out_dir: Path, dest: Path, command: str, plan: Plan) -> None:
         if s.state == "done"
     }
     write_json(dest / "environment.json", summary)
+    n_runs = write_plan_records(plan, dest / RECORDS_DIR)
+    print(f"records of {n_runs} runs -> {dest / RECORDS_DIR}")
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
     print(f"exported -> {dest} ({size // 1024} KiB)")
 
 
 # The exported files that may quote this machine's folders (the command, the publishing notes).
-TEXT_SUFFIXES = (".md", ".txt", ".json", ".tex", ".csv")
+TEXT_SUFFIXES = (".md", ".txt", ".json", ".jsonl", ".tex", ".csv")
 
 
 def portable(dest: Path, folders: dict[str, str]) -> None:

@@ -18,6 +18,8 @@ from mtad.paper.recipes import Profile, Recipe, RecipeError, Unavailable
 # Keys a recipe grid sets per run; a user override of one of them would silently change what
 # the recipe compares, so it is refused.
 RUN_KEYS = ("method", "task", "runtime.seed")
+# A grid key that is no override: the seeds that grid runs (default: the recipe's or profile's).
+GRID_SEEDS = "seeds"
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,11 @@ def expand(
         )
     runs: list[PlannedRun] = []
     for pair in chosen:
-        for seed in recipe.seeds(profile):
-            for grid in recipe.grids(profile.name):
-                keys = list(grid)
+        for grid in recipe.grids(profile.name):
+            # a grid's own ``seeds`` (a task sized by prompts rather than seeds) win
+            seeds = grid.get(GRID_SEEDS) or recipe.seeds(profile)
+            keys = [k for k in grid if k != GRID_SEEDS]
+            for seed in seeds:
                 for values in itertools.product(*(grid[k] for k in keys)):
                     point = dict(zip(keys, values, strict=True))
                     method, task = str(point.pop("method")), str(point.pop("task"))

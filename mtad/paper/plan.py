@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from mtad.paper.expansion import PlannedRun, expand_all, unique_runs
-from mtad.paper.recipes import Profile, Recipe, load_profile, load_recipes
+from mtad.paper.recipes import Profile, Recipe, RecipeError, load_profile, load_recipes
 from mtad.paper.status import Composer, RunStatus, estimate_seconds, resolve_all
+from mtad.runs.store import StoredRun, read_records, stored_run, write_records
 
 
 @dataclass
@@ -23,6 +26,7 @@ class Plan:
     status: dict[tuple[str, ...], RunStatus]  # PlannedRun.key -> status
     jobs: list[RunStatus] = field(default_factory=list)  # runnable, one per signature
     pairs: list[str] = field(default_factory=list)  # the pairs planned (the profile's or a subset)
+    overrides: list[str] = field(default_factory=list)  # the user's, for every run
 
     def statuses(self, recipe: str) -> list[RunStatus]:
         return [self.status[run.key] for run in self.planned[recipe]]
@@ -69,7 +73,64 @@ def make_plan(
         if s.runnable and s.signature not in jobs:
             jobs[str(s.signature)] = s
     chosen = list(pairs) if pairs else list(profile.pairs)
-    return Plan(profile, recipes, planned, status, list(jobs.values()), chosen)
+    return Plan(
+        profile, recipes, planned, status, list(jobs.values()), chosen, list(user_overrides)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# records: a plan kept without its result folders (mtad.runs.store)
+
+
+def write_plan_records(plan: Plan, folder: Path) -> int:
+    """``plan``'s statuses and the compact records of its done runs under ``folder``
+    (:func:`mtad.runs.store.write_records`); returns the number of runs written."""
+    header: dict[str, Any] = {
+        "profile": plan.profile.name,
+        "recipes": [r.name for r in plan.recipes],
+        "pairs": plan.pairs,
+        "overrides": plan.overrides,
+    }
+    runs: dict[str, StoredRun] = {}
+    for s in plan.status.values():
+        if s.state == "done" and s.signature not in runs:
+            runs[str(s.signature)] = s.stored or stored_run(s.result_dir)  # type: ignore[arg-type]
+    write_records(folder, header, [s.as_record() for s in plan.status.values()], runs.values())
+    return len(runs)
+
+
+def plan_from_records(folder: Path) -> Plan:
+    """The plan a records folder was written from (:func:`write_plan_records`): the recipes
+    expanded again under its profile, pairs and overrides, each run's status as recorded, done
+    runs read from their stored records. Nothing is composed or looked up on disk; a run the
+    recipes plan today that the records do not hold is ``missing``. Nothing is to run."""
+    records = read_records(folder)
+    head = records.header
+    profile = load_profile(str(head["profile"]))
+    recipes = load_recipes(head["recipes"])
+    planned = expand_all(recipes, profile, head["pairs"], head["overrides"])
+    status: dict[tuple[str, ...], RunStatus] = {}
+    for run in unique_runs(planned):
+        kept = records.statuses.get(run.key)
+        if kept is None:
+            status[run.key] = RunStatus(run, "missing")
+            continue
+        stored = None
+        if kept["state"] == "done":
+            stored = records.runs.get(str(kept["signature"]))
+            if stored is None:
+                raise RecipeError(f"{folder}: run {kept['signature']} is done but not recorded")
+        status[run.key] = RunStatus(
+            run,
+            kept["state"],
+            signature=kept.get("signature"),
+            reason=kept.get("reason"),
+            n_samples=int(kept.get("n_samples") or 0),
+            max_new_tokens=int(kept.get("max_new_tokens") or 0),
+            dtype=kept.get("dtype"),
+            stored=stored,
+        )
+    return Plan(profile, recipes, planned, status, [], list(head["pairs"]), list(head["overrides"]))
 
 
 def describe(plan: Plan, verbose: bool = False) -> str:
@@ -117,4 +178,4 @@ def describe(plan: Plan, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Plan", "describe", "make_plan"]
+__all__ = ["Plan", "describe", "make_plan", "plan_from_records", "write_plan_records"]

@@ -4,7 +4,8 @@ Every number is the mean over seeds of per-run values (ratios taken per seed aga
 baseline run by the one comparison rule, :mod:`mtad.runs.comparison`, and averaged on the log
 scale, :func:`mtad.runs.intervals.seed_mean`), shown as
 ``mean ± std (n=seeds)``; a ratio or change cell shows its 95% interval instead,
-``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), and
+``mean [lo, hi] (prompts x seeds)`` (:mod:`mtad.runs.intervals`, named in each table's caption), as
+does a downstream score made of per-prompt verdicts (its own bootstrap over prompts), and
 each claim gets the verdict of its interval: ``holds``, ``does not hold`` or ``unresolved``.
 A cell without runs says why: ``not run: ...`` with the override that enables it,
 ``failed: ...``, ``pending: ...`` (MT-Bench without a judge) or ``missing``; a metric that does
@@ -41,9 +42,9 @@ from mtad.runs.comparison import (
     COMPARISON_COLUMNS,
     COMPARISONS,
     add_comparisons,
+    score_interval,
     seed_means,
 )
-from mtad.runs.frame import run_record
 from mtad.runs.intervals import (
     UNRESOLVED,
     seed_mean,
@@ -104,11 +105,11 @@ def _planned_row(status: RunStatus, cache: dict[str, dict[str, Any]]) -> dict[st
         "signature": status.signature,
         **{f"param.{k}": v for k, v in p.params.items()},
     }
-    if status.state != "done" or status.result_dir is None:
+    if status.state != "done":
         return row
     sig = str(status.signature)
     if sig not in cache:
-        cache[sig] = run_record(status.result_dir) or {}
+        cache[sig] = status.record() or {}
     for key, value in cache[sig].items():
         row.setdefault(key, value)
     return row
@@ -159,6 +160,9 @@ def aggregate(
                 interval = None
                 if column in BY_COLUMN:
                     interval = group_interval(group, column, baselines)
+                    row[column] = _interval_text(interval, column, mean)
+                elif column == "score" and (interval := score_interval(done)) is not None:
+                    # a per-prompt score (pass rate, accuracy): its interval over prompts
                     row[column] = _interval_text(interval, column, mean)
                 else:
                     text = _fmt(mean, column)

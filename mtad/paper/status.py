@@ -32,8 +32,11 @@ from mtad.harness.device import check_device
 from mtad.harness.prepare import prepare
 from mtad.paper.expansion import PlannedRun
 from mtad.paper.recipes import REPO, RecipeError
+from mtad.runs.comparison import STORED_PROMPTS
 from mtad.runs.folder import FAILED_FILE, read_config, read_failure, read_metrics
+from mtad.runs.frame import record_of, run_record
 from mtad.runs.index import StudyIndex
+from mtad.runs.store import StoredRun
 
 CONF = REPO / "conf"
 # ConfigErrors under these keys mean "this data / judge is not here", not "this value is
@@ -56,14 +59,40 @@ class RunStatus:
     max_new_tokens: int = 0
     host_note: str | None = None  # why this planning host could not run it itself
     dtype: str | None = None  # the target's, as this host resolves "auto" (the cost model's)
+    # a done run read from a records folder (a committed reference), which has no result folder
+    stored: StoredRun | None = None
 
     @property
     def runnable(self) -> bool:
         return self.state in ("missing", "failed")
 
     def metrics(self) -> dict[str, Any]:
+        if self.stored is not None:
+            return self.stored.metrics
         assert self.result_dir is not None
         return read_metrics(self.result_dir) or {}
+
+    def record(self) -> dict[str, Any] | None:
+        """A done run's row (:func:`mtad.runs.frame.record_of`), from its result folder or its
+        stored record (with its per-prompt records under ``STORED_PROMPTS``); None otherwise."""
+        if self.state != "done":
+            return None
+        if self.stored is not None:
+            s = self.stored
+            return {**record_of(s.metrics, s.comparison_key, s.hardware), STORED_PROMPTS: s.prompts}
+        return run_record(self.result_dir) if self.result_dir is not None else None
+
+    def as_record(self) -> dict[str, Any]:
+        """What a records folder keeps of this status (:mod:`mtad.runs.store`)."""
+        return {
+            "key": list(self.planned.key),
+            "state": self.state,
+            "reason": self.reason,
+            "signature": self.signature,
+            "n_samples": self.n_samples,
+            "max_new_tokens": self.max_new_tokens,
+            "dtype": self.dtype,
+        }
 
     def config(self) -> dict[str, Any]:
         assert self.result_dir is not None

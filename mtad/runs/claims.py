@@ -48,7 +48,8 @@ VERDICT_RULE = (
 )
 # What every table with ratio or change cells says about them.
 INTERVAL_RULE = (
-    f"Ratio and change cells: mean [95% interval] (prompts x seeds); the interval is a "
+    f"Ratio, change and per-prompt score cells: mean [95% interval] (prompts x seeds); the "
+    f"interval is a "
     f"{BOOTSTRAP_METHOD.removeprefix('95% ')}; energy ratios (measured per run, not per prompt): "
     f"{SEED_METHOD}. Ratios (x) are averaged over seeds and bounded on the log scale "
     f"(geometric mean; bounds > 0). [{NOT_APPLICABLE}]: no interval (fewer than {MIN_PROMPTS} "

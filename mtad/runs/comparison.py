@@ -44,6 +44,7 @@ from mtad.runs.intervals import (
     Kind,
     PairedValues,
     identity,
+    mean_bootstrap,
     paired_bootstrap,
     perplexity,
     seed_interval,
@@ -189,12 +190,25 @@ def with_identity(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+# The row column holding a stored run's per-prompt records (mtad.runs.store): a run re-rendered
+# from a committed reference has no result folder.
+STORED_PROMPTS = "stored_prompts"
+
+
+def run_prompts(row: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    """A run row's per-prompt records: its stored ones (:data:`STORED_PROMPTS`), else those of
+    its result folder (:func:`mtad.runs.folder.per_prompt`)."""
+    stored = row.get(STORED_PROMPTS)
+    if isinstance(stored, dict):
+        return stored
+    return per_prompt(Path(str(row["result_dir"])))
+
+
 def paired_samples(pair: PairedRuns) -> Iterator[tuple[Any, dict[str, Any], dict[str, Any]]]:
     """``(prompt id, run record, baseline record)`` for every prompt both runs decoded, in the
     run's order; a record is the prompt's ``samples.jsonl`` line merged with its
     ``timings.jsonl`` line (``mean_logprob``, ``new_tokens``, ``wall_time``, ...)."""
-    run = per_prompt(Path(str(pair.run["result_dir"])))
-    base = per_prompt(Path(str(pair.baseline["result_dir"])))
+    run, base = run_prompts(pair.run), run_prompts(pair.baseline)
     for prompt_id, record in run.items():
         if prompt_id in base:
             yield prompt_id, record, base[prompt_id]
@@ -280,6 +294,28 @@ def comparison_interval(pairs: Iterable[PairedRuns]) -> Interval:
     return seed_interval(per_seed, min(prompts) if prompts else 0, comparison.kind)
 
 
+def score_interval(runs: pd.DataFrame) -> Interval | None:
+    """The downstream score of ``runs`` (one method on one pair and task, one row per seed)
+    with its 95% interval over prompts (:func:`mtad.runs.intervals.mean_bootstrap`), from
+    the per-prompt field the task names (``score_record``), over the prompts every run
+    decoded; None when the task has no per-prompt score."""
+    rows = runs.to_dict("records")
+    fields = {str(r.get("score_record")) for r in rows}
+    if not rows or len(fields) != 1 or fields & {"None", "nan"}:
+        return None
+    field = fields.pop()
+    per_run = [run_prompts(r) for r in rows]
+    common = [pid for pid in per_run[0] if all(pid in p for p in per_run[1:])]
+    if not common:
+        return None
+
+    def value(record: dict[str, Any]) -> float:
+        x = number(record.get(field))
+        return math.nan if x is None else x
+
+    return mean_bootstrap(np.array([[value(p[pid]) for pid in common] for p in per_run]))
+
+
 def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFrame:
     """The mean over each group's rows (its seeds) of ``columns``: a comparison column by its
     kind (:func:`mtad.runs.intervals.seed_mean`: a factor's geometric mean), any other column
@@ -295,6 +331,7 @@ def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFram
 
 __all__ = [
     "BY_COLUMN",
+    "STORED_PROMPTS",
     "CHANGE_COLUMNS",
     "COMPARISONS",
     "COMPARISON_COLUMNS",
@@ -306,5 +343,7 @@ __all__ = [
     "number",
     "paired_runs",
     "paired_samples",
+    "run_prompts",
+    "score_interval",
     "seed_means",
 ]

@@ -47,20 +47,33 @@ def pending_note(metrics: dict[str, Any]) -> str | None:
     return None
 
 
+def folder_facts(config: dict[str, Any], metrics: dict[str, Any]) -> tuple[str, str]:
+    """What a run's ``config.yaml`` adds to its row: its comparison key and hardware text."""
+    identity = identity_of(config, metrics)
+    return identity.comparison_key(metrics.get("study")), hardware_text(identity.hardware)
+
+
+def record_of(
+    metrics: dict[str, Any], comparison_key: str, hardware: str, result_dir: Path | None = None
+) -> dict[str, Any]:
+    """One run as a flat row (module docstring), from its ``metrics.json`` and
+    :func:`folder_facts`: a folder's and a stored record's rows are made here, the same way."""
+    row = pd.json_normalize(metrics, sep=".").iloc[0].to_dict()
+    row.update(per_token(metrics))
+    row["comparison_key"] = comparison_key
+    row["hardware"] = hardware
+    row["pending"] = pending_note(metrics)
+    row["result_dir"] = str(result_dir) if result_dir is not None else None
+    return row
+
+
 def run_record(result_dir: Path) -> dict[str, Any] | None:
     """One complete run as a flat row (module docstring); None when ``metrics.json`` cannot be
     read (a half-written folder is not a result)."""
     metrics = read_metrics(result_dir)
     if metrics is None:
         return None
-    row = pd.json_normalize(metrics, sep=".").iloc[0].to_dict()
-    row.update(per_token(metrics))
-    identity = identity_of(read_config(result_dir), metrics)
-    row["comparison_key"] = identity.comparison_key(metrics.get("study"))
-    row["hardware"] = hardware_text(identity.hardware)
-    row["pending"] = pending_note(metrics)
-    row["result_dir"] = str(result_dir)
-    return row
+    return record_of(metrics, *folder_facts(read_config(result_dir), metrics), result_dir)
 
 
 def load_runs(metrics_files: Iterable[Path]) -> pd.DataFrame:
@@ -81,4 +94,12 @@ def load_study(root: str | Path, study: str | None = None) -> pd.DataFrame:
     return load_runs(base.glob(pattern))
 
 
-__all__ = ["load_runs", "load_study", "pending_note", "per_token", "run_record"]
+__all__ = [
+    "folder_facts",
+    "load_runs",
+    "load_study",
+    "pending_note",
+    "per_token",
+    "record_of",
+    "run_record",
+]

@@ -213,6 +213,46 @@ def paired_bootstrap(
     return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
 
 
+def mean_bootstrap(
+    values: np.ndarray, *, n_resamples: int = N_RESAMPLES, seed: int = RNG_SEED
+) -> Interval:
+    """A run's own per-prompt mean (a downstream score: the share of prompts passed), averaged
+    over seeds, with the same bootstrap over prompts stratified by seed as the comparisons
+    (``values``: one row per seed, one column per prompt; NaN cells left out)."""
+    seeds, prompts = values.shape
+
+    def statistic(*rows: np.ndarray, axis: int = -1) -> np.ndarray:
+        stacked = np.stack(rows, axis=-2)
+        ok = np.isfinite(stacked)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_seed = np.where(ok, stacked, 0.0).sum(axis=-1) / ok.sum(axis=-1)
+        return per_seed.mean(axis=-1)
+
+    mean = float(statistic(*values))
+    if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
+        return Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
+    from scipy import stats
+
+    lo = hi = math.nan
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = stats.bootstrap(
+                list(values),
+                statistic,
+                n_resamples=n_resamples,
+                paired=True,
+                vectorized=True,
+                confidence_level=CONFIDENCE,
+                method=method,
+                rng=np.random.default_rng(seed),
+            )
+        lo, hi = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            break
+    return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
+
+
 def seed_interval(per_seed: list[float], n_prompts: int = 0, kind: Kind = "change") -> Interval:
     """Mean of per-seed figures (:func:`seed_mean`) with a Student-t interval (NaN below two
     seeds). A factor's interval is the t-interval of the logs of its per-seed values, then
@@ -264,6 +304,7 @@ __all__ = [
     "VERDICTS",
     "Interval",
     "PairedValues",
+    "mean_bootstrap",
     "paired_bootstrap",
     "perplexity",
     "seed_interval",

@@ -1,4 +1,5 @@
-"""Downstream tasks (config group ``task``): HumanEval, Spider, MT-Bench, lm-eval, prompt files,
+"""Downstream tasks (config group ``task``): HumanEval, Spider, MT-Bench, instruction following
+(IFEval's verifiers), lm-eval, prompt files,
 and the v1 paper's perplexity data sets (ChatAlpaca, ChatGPT-prompts, CNN/DailyMail).
 
 ``build_task(cfg)`` turns a ``conf/task/*.yaml`` mapping (``name`` + options) into a
@@ -25,6 +26,7 @@ TASKS: dict[str, str] = {
     "humaneval": "mtad.tasks.humaneval:HumanEvalTask",
     "spider": "mtad.tasks.spider:SpiderTask",
     "mtbench": "mtad.tasks.mtbench:MTBenchTask",
+    "instruct": "mtad.tasks.instruct:InstructTask",
     "lm_eval": "mtad.tasks.lmeval:LMEvalTask",
     "prompts": "mtad.tasks.prompts:PromptsTask",
     "chatalpaca": "mtad.tasks.ppl_datasets:ChatAlpacaTask",
