@@ -65,7 +65,7 @@ def _training_texts():
 
 
 def test_generated_set_shares_no_8gram_with_any_drafts_training_text():
-    from mtad.distill.overlap import overlap_report
+    from mtad_train.overlap import overlap_report
 
     prompts = [json.loads(line)["prompt"] for line in instruct_data.DATA_FILE.open()]
     for path, texts in _training_texts():
