@@ -26,7 +26,7 @@
 # the image's pandas, python-dateutil, six, py-cpuinfo, nvidia-ml-py, scipy, requests and
 # prometheus-client, the bundle of `gpu_bundle.sh`, and BUNDLE=.whl/gpu SITE=... STASH=...
 # PKG=... OUT=... set to folders under /tmp: 8 passed, 0 failed (7 skipped: CUDA only, and the
-# smollm2 pair without its GGUF).
+# smollm2 pair without its GGUF); the host-read check, added after, passed there in a later run.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/out}
