@@ -210,3 +210,45 @@ def test_host_top_k_candidates_equal_the_tensor_path(dtype, monkeypatch):
     monkeypatch.setattr(warping_cpu, "_HOST_MAX", 0)
     b = warp_candidates(logits, WarpConfig(1.0, 10, 0.9))
     assert torch.equal(a.tokens, b.tokens) and torch.equal(a.logp, b.logp)
+
+
+def test_host_top_p_cut_equals_float32_at_the_boundary(monkeypatch):
+    """Top-p decided in float64 on the host equals float32's cut, also for rows whose
+    exclusive sums land on ``top_p`` (equal values: k values of 1/k each), where the host
+    hands the cut back to the tensor ops; with no margin it would not (checked)."""
+    rng = torch.Generator().manual_seed(1)
+
+    def cases():
+        tail = -6.0 - 0.05 * torch.arange(320)  # distinct: no overflow of the window
+        for k in range(1, 13):
+            for top_p in (0.2, 0.3, 1 / 3, 0.4, 0.5, 0.6, 2 / 3, 0.75, 0.8, 0.9, 0.95):
+                x = tail.repeat(2, 1)
+                x[:, :k] = 0.0
+                x[1, k : k + 3] = -0.5
+                yield x, min(10, k + 3), top_p
+        for i in range(200):
+            x = tail.repeat(4, 1)
+            x[:, :12] = torch.randint(-3, 3, (4, 12), generator=rng) * (0.25, 0.5, 1.0)[i % 3]
+            yield x.to(torch.bfloat16), 10, (0.5, 0.8, 0.9, 0.95)[i % 4]
+
+    def both(x, top_k, top_p):
+        got = warping_cpu.top_k_top_p_candidates(x, top_k, top_p, True)
+        with monkeypatch.context() as m:
+            m.setattr(warping_cpu, "_HOST_MAX", 0)
+            ref = warping_cpu.top_k_top_p_candidates(x, top_k, top_p, True)
+        return got, ref
+
+    checked = 0
+    for x, top_k, top_p in cases():
+        got, ref = both(x, top_k, top_p)
+        assert (got is None) == (ref is None)
+        if got is not None:
+            assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]), (top_k, top_p)
+            checked += 1
+    assert checked > 250
+    monkeypatch.setattr(warping_cpu, "_TOP_P_MARGIN", 0.0)
+    differs = 0
+    for x, top_k, top_p in cases():
+        got, ref = both(x, top_k, top_p)
+        differs += got is not None and not torch.equal(got[1], ref[1])
+    assert differs, "the boundary cases no longer reach the margin: the test tests nothing"

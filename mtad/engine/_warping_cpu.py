@@ -9,6 +9,9 @@ the generic path.
 
 from __future__ import annotations
 
+import math
+import struct
+
 import torch
 
 from mtad.engine.kernels import KernelTable, cache_evictor, kernel_table
@@ -66,12 +69,13 @@ def top_k_top_p_candidates(
     m = min(vocab, top_k + _TIE_SLACK)
     vals, idx = topk_rows(flat, m, top_k)  # sorted, descending
     if 0 < vals.numel() <= _HOST_MAX and vals.dtype in (torch.float32, torch.bfloat16):
-        found = _host_top_k(vals, idx, top_k, m < vocab)
+        found = _host_top_k(vals, idx, top_k, m < vocab, top_p)
         if found is not False:
             if found is None:
                 return None
-            idx, top_k_vals, finite_max = found
-            kept = _top_p(top_k_vals, top_p)
+            idx, kept, finite_max, top_p_done = found
+            if not top_p_done:
+                kept = _top_p(kept, top_p)
             if not normalise:
                 return idx, kept
             if not finite_max:
@@ -102,16 +106,27 @@ def _top_p(top_k_vals: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def _host_top_k(
-    vals: torch.Tensor, idx: torch.Tensor, top_k: int, window: bool
-) -> tuple[torch.Tensor, torch.Tensor, bool] | None | bool:
-    """The part of :func:`top_k_top_p_candidates` between ``topk`` and top-p, on the host:
-    the window check, the order of equal values by id and the top-k mask are comparisons and
-    a permutation, exact in Python floats (every float32 or bfloat16 value is one), and
-    replace a dozen small tensor ops -- each of which costs several times more right after a
-    forward than in a tight loop (its code and data evicted), the draft step's situation.
-    The same ``(idx, top_k_vals)`` as the tensor path, bit for bit, and whether every row's
-    maximum is finite; ``None``: the window overflows; ``False``: a NaN (the tensor path
-    decides what it gives)."""
+    vals: torch.Tensor, idx: torch.Tensor, top_k: int, window: bool, top_p: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor, bool, bool] | None | bool:
+    """The part of :func:`top_k_top_p_candidates` after ``topk``, on the host: the window
+    check, the order of equal values by id and the top-k mask are comparisons and a
+    permutation, exact in Python floats (every float32 or bfloat16 value is one), and top-p's
+    cut is decided in float64 wherever float32 rounding cannot move it (below). They replace
+    a dozen small tensor ops -- each of which costs several times more right after a forward
+    than in a tight loop (its code and data evicted), the draft step's situation.
+
+    Returns ``(idx, kept, finite_max, top_p_done)``: the tensor path's candidates and values
+    bit for bit, after top-k and, when ``top_p_done``, top-p (else the caller applies
+    :func:`_top_p`); ``finite_max``: every row's maximum (its first value) is finite.
+    ``None``: the window overflows; ``False``: a NaN (the tensor path decides what it gives).
+
+    Top-p: the tensor path drops candidate ``j`` when ``cumsum(p)_j - p_j >= top_p`` in
+    float32 (softmax of float32 values, cumsum accumulated in double and rounded). That
+    exclusive sum is within a few 1e-6 of its exact value for a few dozen candidates (each
+    ``p`` within ~1e-6 relative plus 3e-8 absolute, the sum within ``m`` ulps), so where the
+    float64 sum is more than :data:`_TOP_P_MARGIN` (scaled with ``m``) from ``float32(top_p)``,
+    float32 decides the same; a row with a sum nearer the cut (e.g. equal values summing to
+    exactly ``top_p``) leaves top-p to the tensor ops. Sorted rows keep a prefix."""
     rows = vals.tolist()
     k1 = top_k - 1
     reorder = False
@@ -131,9 +146,54 @@ def _host_top_k(
                 rows[i] = [r[j] for j in order]
                 ids[i] = [t[j] for j in order]
         idx = torch.tensor(ids, dtype=idx.dtype)
-    masked = [[x if x >= r[k1] else NEG_INF for x in r] for r in rows]
     finite_max = all(-INF < r[0] < INF for r in rows)
-    return idx, torch.tensor(masked, dtype=torch.float32), finite_max
+    keep = [_top_k_len(r, r[k1]) for r in rows]  # top-k keeps a prefix of a sorted row
+    top_p_done = top_p >= 1.0
+    if not top_p_done and finite_max:
+        cut = _top_p_lens(rows, keep, top_p)
+        if cut is not None:
+            keep, top_p_done = cut, True
+    m = len(rows[0])
+    kept = [r[:n] + [NEG_INF] * (m - n) for r, n in zip(rows, keep, strict=True)]
+    return idx, torch.tensor(kept, dtype=torch.float32), finite_max, top_p_done
+
+
+def _top_k_len(r: list[float], kth: float) -> int:
+    n = len(r)
+    while n and not r[n - 1] >= kth:
+        n -= 1
+    return n
+
+
+_TOP_P_MARGIN = 2e-5  # per 32 candidates (see _host_top_k); at least 16x the error bound
+
+
+def _top_p_lens(rows: list[list[float]], keep: list[int], top_p: float) -> list[int] | None:
+    """Per row, how many of its ``keep`` top-k values top-p keeps, decided in float64; None
+    when some exclusive sum lies within the margin of the cut (float32 might decide
+    otherwise)."""
+    threshold = _f32(top_p)  # the tensor path compares float32 sums with float32(top_p)
+    margin = _TOP_P_MARGIN * max(1.0, len(rows[0]) / 32)
+    out = []
+    for r, n in zip(rows, keep, strict=True):
+        mx = r[0]
+        e = [math.exp(x - mx) for x in r[:n]]
+        total = math.fsum(e)
+        before, j = 0.0, 0
+        while j < n:
+            c = before / total  # the exclusive sum of candidate j
+            if abs(c - threshold) <= margin:
+                return None
+            if c >= threshold:
+                break
+            before += e[j]
+            j += 1
+        out.append(j)
+    return out
+
+
+def _f32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 def sparse_support(logscores: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
