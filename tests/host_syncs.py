@@ -30,6 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from mtad.engine import loop
 from mtad.engine.warping import WarpConfig
+from mtad.methods import beam
 
 # the ops that read a device value on the host
 READS = frozenset(
@@ -110,12 +111,14 @@ def count_per_iteration(
 
     decoder.method.step = counted_step  # type: ignore[method-assign]
     loop.synchronize = counted_sync  # type: ignore[assignment]
+    host_devices, beam.HOST_BOOKKEEPING_DEVICES = beam.HOST_BOOKKEEPING_DEVICES, frozenset()
     try:
         with mode:
             out = decoder.generate(prompt, max_new_tokens, seed=seed)
     finally:
         del decoder.method.step
         loop.synchronize = sync  # type: ignore[assignment]
+        beam.HOST_BOOKKEEPING_DEVICES = host_devices
     # the last iteration ends where the loop does: before its closing wall-clock sync
     ends = [*marks[1:], (len(mode.events), syncs[0] - 1)]
     assert len(marks) == out.stats.iterations

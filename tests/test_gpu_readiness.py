@@ -326,10 +326,15 @@ def test_inplace_reorder_decodes_the_same_tokens_as_copying(
     assert out["inplace"] == out["copy"]
 
 
-def test_inplace_reorder_writes_fewer_cache_bytes(tiny_llama) -> None:  # noqa: ANN001
+def test_inplace_reorder_writes_fewer_cache_bytes(tiny_llama, monkeypatch) -> None:  # noqa: ANN001
     """Counted, not timed: the draft's cache writes per MTAD iteration drop from ~B*(2*gamma-1)
-    context rows (repeat, then per step an append and a full reorder) to ~B*(gamma-1)."""
+    context rows (repeat, then per step an append and a full reorder) to ~B*(gamma-1). On the
+    GPU's beam path: the CPU's host bookkeeping also skips reorders whose parents are the
+    identity, which would blur the comparison."""
     from bench.memory import CacheWrites
+    from mtad.methods import beam as beam_module
+
+    monkeypatch.setattr(beam_module, "HOST_BOOKKEEPING_DEVICES", frozenset())
 
     rows = {}
     prompt = list(range(200))
@@ -343,7 +348,10 @@ def test_inplace_reorder_writes_fewer_cache_bytes(tiny_llama) -> None:  # noqa: 
         per_row = len(prompt) * 2 * tiny_llama[1].config.num_hidden_layers * 2 * 16 * 4
         rows[reorder] = counter.bytes["draft"] / out.stats.iterations / per_row
     beam, gamma = 4, 4  # the method's defaults
-    assert rows["copy"] >= beam * (2 * gamma - 1)
+    # copy: repeat, then per step an append and a full reorder (the repeat's rows are written
+    # once by the next update since HeadRunner/ModelRunner.repeat_rows expand views)
+    assert rows["copy"] >= beam * (2 * gamma - 1) - 2 * beam
+    assert rows["inplace"] < rows["copy"] - beam
     assert rows["inplace"] <= beam * (gamma - 1) + 2.5  # + the feed and the winner
 
 
