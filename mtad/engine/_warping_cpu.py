@@ -9,6 +9,8 @@ the generic path.
 
 from __future__ import annotations
 
+import array
+import itertools
 import math
 import struct
 
@@ -145,7 +147,7 @@ def _host_top_k(
                 order = sorted(range(len(r)), key=lambda j, r=r, t=t: (-r[j], t[j]))
                 rows[i] = [r[j] for j in order]
                 ids[i] = [t[j] for j in order]
-        idx = torch.tensor(ids, dtype=idx.dtype)
+        idx = host_tensor(ids, torch.long)
     finite_max = all(-INF < r[0] < INF for r in rows)
     keep = [_top_k_len(r, r[k1]) for r in rows]  # top-k keeps a prefix of a sorted row
     top_p_done = top_p >= 1.0
@@ -155,7 +157,24 @@ def _host_top_k(
             keep, top_p_done = cut, True
     m = len(rows[0])
     kept = [r[:n] + [NEG_INF] * (m - n) for r, n in zip(rows, keep, strict=True)]
-    return idx, torch.tensor(kept, dtype=torch.float32), finite_max, top_p_done
+    return idx, host_tensor(kept, torch.float32), finite_max, top_p_done
+
+
+_TYPECODES = {torch.float32: "f", torch.long: "q"}
+
+
+def host_tensor(rows: list, dtype: torch.dtype) -> torch.Tensor:
+    """``torch.tensor(rows, dtype=dtype)`` for a list of equal-length lists (or a flat list)
+    of Python floats / ints, through a typed array (~4x faster: no per-element type checks;
+    float32 values convert exactly). The tensor owns the array (``torch.frombuffer``)."""
+    if not rows:
+        return torch.tensor(rows, dtype=dtype)
+    if not isinstance(rows[0], list):
+        return torch.frombuffer(array.array(_TYPECODES[dtype], rows), dtype=dtype)
+    flat = array.array(_TYPECODES[dtype], itertools.chain.from_iterable(rows))
+    if not flat:
+        return torch.tensor(rows, dtype=dtype)
+    return torch.frombuffer(flat, dtype=dtype).view(len(rows), -1)
 
 
 def _top_k_len(r: list[float], kth: float) -> int:

@@ -26,6 +26,7 @@ from mtad.engine import (
     sample_with_replacement,
     sample_without_replacement,
 )
+from mtad.engine._warping_cpu import host_tensor
 from mtad.engine.warping import gumbel_top_k
 
 
@@ -180,15 +181,14 @@ def _beam_sample_host(
         parents.append(parent_l)
         picks.append(tok_l)
         if (reorder_last or step < gamma - 1) and parent_l != list(range(width)):
-            runner.select_rows(torch.tensor(parent_l, device=flat.device))
-    dev = ids.device
-    joints = [torch.tensor(q, dtype=torch.float32, device=dev).sum(dim=1) for q in history]
+            runner.select_rows(host_tensor(parent_l, torch.long))
+    joints = [host_tensor(q, torch.float32).sum(dim=1) for q in history]
     return BeamDraft(
-        torch.tensor(paths, dtype=torch.long, device=dev),
-        torch.tensor(path_q, dtype=torch.float32, device=dev),
+        host_tensor(paths, torch.long),
+        host_tensor(path_q, torch.float32),
         logw,
-        torch.tensor(parents, dtype=torch.long, device=dev),
-        torch.tensor(picks, dtype=torch.long, device=dev),
+        host_tensor(parents, torch.long),
+        host_tensor(picks, torch.long),
         torch.stack(joints),
     )
 
