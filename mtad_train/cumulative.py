@@ -47,6 +47,7 @@ from mtad_train.head_train import (
     make_optimizer,
     optimiser_step,
     ref_batches,
+    save_checkpoint,
 )
 from mtad_train.ids import read_ids
 
@@ -120,6 +121,7 @@ class Source:
     weight: float
     seqs: list[np.ndarray]
     plens: list[int]
+    _orders: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, spec: str, max_len: int) -> Source:
@@ -132,9 +134,11 @@ class Source:
         return self.path
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
-        return np.random.default_rng([seed, epoch, _stable_int(self.path)]).permutation(
-            len(self.seqs)
-        )
+        key = (seed, epoch)
+        if key not in self._orders:  # one permutation per epoch, drawn from many times
+            rng = np.random.default_rng([seed, epoch, _stable_int(self.path)])
+            self._orders = {key: rng.permutation(len(self.seqs))}
+        return self._orders[key]
 
 
 def _stable_int(text: str) -> int:
@@ -244,10 +248,6 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def weights_id(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
 def export_head(head: FeatureHead, head_dir: Path, state: CumulativeState) -> None:
     """Write the head in bfloat16 (half the bytes; the fp32 master lives in the local
     checkpoint) and then its state; each file replaced atomically, weights first, the state
@@ -291,11 +291,9 @@ def lr_constant(lr: float, warmup: int, step_in_session: int) -> float:
     return lr * min(1.0, (step_in_session + 1) / max(1, warmup))
 
 
-def _save_local(folder: Path, head, opt, state: CumulativeState) -> None:
+def _save_checkpoint(folder: Path, head, opt, state: CumulativeState) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / "ckpt.pt.tmp"
-    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": state.to_json()}, tmp)
-    os.replace(tmp, folder / "ckpt.pt")
+    save_checkpoint(folder, head, opt, state)  # asdict: the cursor's dataclasses too
 
 
 def _load_local(folder: Path, committed: CumulativeState):
@@ -367,10 +365,10 @@ def run_session(
         if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
             _export(head, head_dir, state, session["started"], host, evaluate, log)
-            _save_local(ckpt, head, opt, state)
+            _save_checkpoint(ckpt, head, opt, state)
             last_export = last_ckpt = time.monotonic()
         elif cfg.ckpt_every_s and now - last_ckpt >= cfg.ckpt_every_s:
-            _save_local(ckpt, head, opt, state)
+            _save_checkpoint(ckpt, head, opt, state)
             last_ckpt = now
         if stop:
             head.eval()

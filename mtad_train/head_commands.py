@@ -421,13 +421,16 @@ def cumulative(cfg: CumulativeConfig) -> None:
     autocast = use_autocast("auto")
     target = target32 if dtype == "float32" else load_smollm2_target(dtype)[0]
 
+    eval_data: list[ShardData] = []
+
     def evaluate(h) -> dict:
         # the held-out features are a cache: completed from the committed ids when a shard is
-        # missing (a float32 teacher pass, skipping the complete shards), then read
-        ids = read_ids(cfg.eval_data)
-        teacher_pass(target32, ids.lists(), ids.plens, eval_dir, progress=False)
-        eval_data = ShardData(feature_folders([str(eval_dir)]), need_final=True)
-        return depth_acceptance(h, eval_data, kinds, cfg.eval_depths, autocast=autocast)
+        # missing (a float32 teacher pass, skipping the complete shards) at the first export
+        if not eval_data:
+            ids = read_ids(cfg.eval_data)
+            teacher_pass(target32, ids.lists(), ids.plens, eval_dir, progress=False)
+            eval_data.append(ShardData(feature_folders([str(eval_dir)]), need_final=True))
+        return depth_acceptance(h, eval_data[0], kinds, cfg.eval_depths, autocast=autocast)
 
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
     log = file_log(Path(cfg.ckpt_dir) / "train.log")

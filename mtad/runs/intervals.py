@@ -188,26 +188,9 @@ def paired_bootstrap(
     nan = Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
     if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
         return nan
-    from scipy import stats
 
     samples = [row for a in arrays for row in a]
-    lo, hi = math.nan, math.nan
-    for method in ("BCa", "percentile"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
-            result = stats.bootstrap(
-                samples,
-                statistic,
-                n_resamples=n_resamples,
-                paired=True,
-                vectorized=True,
-                confidence_level=CONFIDENCE,
-                method=method,
-                rng=np.random.default_rng(seed),
-            )
-        lo, hi = float(result.confidence_interval.low), float(result.confidence_interval.high)
-        if math.isfinite(lo) and math.isfinite(hi):
-            break
+    lo, hi, result = _bca_or_percentile(samples, statistic, n_resamples, seed)
     if not np.all(np.isfinite(result.bootstrap_distribution)):
         return nan  # some resample has no comparison (a zero baseline): no honest interval
     return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
@@ -231,14 +214,22 @@ def mean_bootstrap(
     mean = float(statistic(*values))
     if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
         return Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
+
+    lo, hi, _ = _bca_or_percentile(list(values), statistic, n_resamples, seed)
+    return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
+
+
+def _bca_or_percentile(samples: list, statistic, n_resamples: int, seed: int):
+    """scipy's paired bootstrap: BCa, or the percentile interval where BCa's bounds are not
+    finite (a degenerate resample); ``(lo, hi, result)``."""
     from scipy import stats
 
     lo = hi = math.nan
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
             result = stats.bootstrap(
-                list(values),
+                samples,
                 statistic,
                 n_resamples=n_resamples,
                 paired=True,
@@ -250,7 +241,7 @@ def mean_bootstrap(
         lo, hi = float(result.confidence_interval.low), float(result.confidence_interval.high)
         if math.isfinite(lo) and math.isfinite(hi):
             break
-    return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
+    return lo, hi, result
 
 
 def seed_interval(per_seed: list[float], n_prompts: int = 0, kind: Kind = "change") -> Interval:
