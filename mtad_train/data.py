@@ -5,13 +5,13 @@ continuations, the buffer of generated sequences, its micro-batches
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
+from mtad.runs.atomic import write_atomic
 from mtad_train import objectives as O
 from mtad_train.batches import micro_batches
 from mtad_train.ids import read_ids, write_ids
@@ -218,9 +218,7 @@ def write_parts(data: bytes, folder: Path, stem: str, chunk_mib: float) -> None:
     """``data`` as ``<stem>.partNN`` files of at most ``chunk_mib`` MiB, each atomically."""
     chunk = int(chunk_mib * 2**20)
     for j in range(math.ceil(len(data) / chunk)):
-        tmp = folder / f"{stem}.part{j:02d}.tmp"
-        tmp.write_bytes(data[j * chunk : (j + 1) * chunk])
-        os.replace(tmp, folder / f"{stem}.part{j:02d}")
+        write_atomic(folder / f"{stem}.part{j:02d}", data[j * chunk : (j + 1) * chunk])
 
 
 def load_data(path: str, buf: Buffer) -> None:

@@ -29,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from mtad.engine.features import FeatureTap
+from mtad.runs.atomic import writing
 
 # Decoder-layer outputs the head reads, for SmolLM2-135M's 30 layers: low, middle, and the input
 # of the last layer (EAGLE-3's choice of three depths; the last one lets the head start as a copy
@@ -246,7 +247,6 @@ def derive_final(target: torch.nn.Module, folder: Path, micro_tokens: int = 8192
         for r, i in enumerate(rows):
             s, n = int(starts[i]), int(sh.lens[i])
             out[s : s + n] = to_bf16_bits(h[r, :n])
-    tmp = folder / (FINAL_FILE + ".tmp.npy")
-    np.save(tmp, out)
-    os.replace(tmp, folder / FINAL_FILE)
+    with writing(folder / FINAL_FILE) as f:
+        np.save(f, out)
     return True

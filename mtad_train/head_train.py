@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from mtad.engine.feature_head import FeatureHead
+from mtad.runs.atomic import write_atomic, writing
 from mtad_train import objectives as O
 from mtad_train.batches import micro_batches
 from mtad_train.cli import opt
@@ -342,10 +343,14 @@ class TrainState:
         return rec
 
 
-def save_checkpoint(folder: Path, head: FeatureHead, opt, state: TrainState) -> None:
-    tmp = folder / "ckpt.pt.tmp"
-    torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}, tmp)
-    os.replace(tmp, folder / "ckpt.pt")
+def save_checkpoint(
+    folder: Path, head: FeatureHead, opt, state: TrainState, extra: dict[str, Any] | None = None
+) -> None:
+    """Weights, optimiser, state (and ``extra`` entries) as one file, replacing the last one
+    only when complete."""
+    ck = {"head": head.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}
+    with writing(folder / "ckpt.pt") as f:
+        torch.save({**ck, **(extra or {})}, f)
 
 
 def load_checkpoint(folder: Path, head: FeatureHead, opt) -> TrainState | None:
@@ -371,7 +376,7 @@ def make_optimizer(head: FeatureHead, cfg: HeadTrainConfig) -> torch.optim.Optim
 def _start(head: FeatureHead, cfg: HeadTrainConfig, folder: Path, log: Callable[[str], None]):
     """The optimiser and the state to go on from (the checkpoint in ``folder``, if any)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+    write_atomic(folder / "config.json", json.dumps(asdict(cfg), indent=2) + "\n")
     head.train()
     opt = make_optimizer(head, cfg)
     state = load_checkpoint(folder, head, opt) or TrainState()

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from mtad.runs.atomic import writing
+
 LAYOUT = ("tokens", "lens", "plens", "kinds")
 
 
@@ -67,15 +69,13 @@ def write_ids(
     path = Path(path)
     lens = np.array([len(x) for x in seqs], dtype=np.int32)
     toks = np.fromiter((t for x in seqs for t in x), dtype=np.uint16, count=int(lens.sum()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
     save = np.savez_compressed if compress else np.savez
-    save(
-        tmp,
-        tokens=toks,
-        lens=lens,
-        plens=np.array(plens, dtype=np.int32),
-        kinds=np.array(kinds),
-        **extra,
-    )
-    os.replace(tmp, path)
+    with writing(path) as f:
+        save(
+            f,
+            tokens=toks,
+            lens=lens,
+            plens=np.array(plens, dtype=np.int32),
+            kinds=np.array(kinds),
+            **extra,
+        )

@@ -35,6 +35,7 @@ import random
 import re
 from pathlib import Path
 
+from mtad.runs.atomic import write_atomic
 from mtad_train import topics as T
 from mtad_train.sources import (
     doc_paragraphs,
@@ -192,13 +193,8 @@ def pool_fingerprint(items: list[dict]) -> str:
 
 
 def save_pool(items: list[dict], path: str | os.PathLike[str]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with gzip.open(tmp, "wt") as f:
-        for it in items:
-            f.write(json.dumps(it) + "\n")
-    os.replace(tmp, path)
+    text = "".join(json.dumps(it) + "\n" for it in items)
+    write_atomic(Path(path), gzip.compress(text.encode("utf-8"), mtime=0))
 
 
 def load_pool(path: str | os.PathLike[str]) -> list[dict]:

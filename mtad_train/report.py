@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 
+from mtad.runs.atomic import write_atomic
 from mtad_train.data import write_parts
 from mtad_train.drafts import DraftSpec
 
@@ -184,14 +184,12 @@ def export(
         config = d.config.to_dict()
         config["dtype"] = "bfloat16"
         config["architectures"] = ["LlamaForCausalLM"]
-        tmp = folder / "model.safetensors.tmp"
-        save_file(sd, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, folder / "model.safetensors")
-        (folder / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        write_atomic(folder / "model.safetensors", save(sd, metadata={"format": "pt"}))
+        write_atomic(folder / "config.json", json.dumps(config, indent=2, default=str))
         r = {**recipe, "draft": asdict(spec), "final": final}
-        (folder / "recipe.json").write_text(json.dumps(r, indent=2, default=str))
+        write_atomic(folder / "recipe.json", json.dumps(r, indent=2, default=str))
         if metrics:
-            (folder / "metrics.json").write_text(json.dumps(metrics.get(spec.name, {}), indent=2))
+            write_atomic(folder / "metrics.json", json.dumps(metrics.get(spec.name, {}), indent=2))
             n_params = sum(v.numel() for v in sd.values())
             write_report(
                 folder / "report.md",
@@ -204,7 +202,7 @@ def export(
             )
         if history:
             plot_losses(history, specs, folder / "loss_curve.png", spec.name)
-    (out / "history.json").write_text(json.dumps(history))
+    write_atomic(out / "history.json", json.dumps(history))
     if cfg.transport_dir:
         transport(out, Path(cfg.transport_dir), specs, cfg.transport_chunk_mib)
 
@@ -221,6 +219,4 @@ def transport(out: Path, tdir: Path, specs, chunk_mib: float):
         for p in sorted(out.rglob("*")):
             if p.is_file() and not p.name.startswith(("model.safetensors", "data.npz")):
                 tf.add(p, arcname=str(p.relative_to(out)))
-    tmp = tdir / "meta.tar.tmp"
-    tmp.write_bytes(buf.getvalue())
-    os.replace(tmp, tdir / "meta.tar")
+    write_atomic(tdir / "meta.tar", buf.getvalue())

@@ -4,7 +4,6 @@ and the resumable checkpoint."""
 from __future__ import annotations
 
 import math
-import os
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +12,7 @@ import numpy as np
 import torch
 
 from mtad.cpu import native_bf16
+from mtad.runs.atomic import writing
 from mtad_train import objectives as O
 from mtad_train.data import Buffer, collate, make_batches
 
@@ -131,10 +131,9 @@ def cached_teacher(
 
 
 def save_ckpt(path: Path, state: dict):
-    path.mkdir(parents=True, exist_ok=True)
-    tmp = path / "state.pt.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path / "state.pt")
+    """The distillation's state, replacing the last one only when complete."""
+    with writing(path / "state.pt") as f:
+        torch.save(state, f)
 
 
 def load_ckpt(path: Path):

@@ -48,8 +48,9 @@ class FailAtGeneration(Callback):
 
 
 class _FullDiskOS:
-    """``os`` as :mod:`mtad.runs.folder` sees it on a full disk: ``fsync`` of a written
-    file fails with ENOSPC (a write-back failure, as the kernel reports it), all else is ``os``."""
+    """``os`` as :mod:`mtad.runs.atomic` (every file the harness writes) sees it on a full
+    disk: ``fsync`` of a written file fails with ENOSPC (a write-back failure, as the kernel
+    reports it), all else is ``os``."""
 
     def __init__(self, real: Any) -> None:
         self._real = real
@@ -73,16 +74,16 @@ class FullDisk(Callback):
         self.saved: Any = None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtad.runs import folder as results
+        from mtad.runs import atomic
 
-        self.saved = results.os
-        results.os = _FullDiskOS(results.os)  # type: ignore[assignment]
+        self.saved = atomic.os
+        atomic.os = _FullDiskOS(atomic.os)  # type: ignore[assignment]
 
     def on_job_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.saved is not None:
-            from mtad.runs import folder as results
+            from mtad.runs import atomic
 
-            results.os = self.saved  # type: ignore[assignment]
+            atomic.os = self.saved  # type: ignore[assignment]
             self.saved = None
 
 

@@ -22,11 +22,14 @@ from mtad_train.cumulative import (
     CURVE_FILE,
     STATE_FILE,
     TRAINING_DIR,
+    WEIGHTS_FILE,
     Source,
     SourceCursor,
     draw_step,
     read_state,
 )
+
+SAVE_FAULT = Path(__file__).parent / "save_fault.py"
 
 
 def _ids(path: Path, n: int, seed: int, length: tuple[int, int] = (12, 40)) -> None:
@@ -83,12 +86,13 @@ SESSION = textwrap.dedent(
     from mtad.engine.tiny import build_tiny_model
 
     head_dir, ckpt, data, steps, export_s = sys.argv[1:6]
+    ckpt_s = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
     torch.manual_seed(0)
     torch.set_num_threads(1)
     target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
     cfg = CumulativeConfig(head=head_dir, sources=[data + "=1"], ckpt_dir=ckpt, depths=2,
         tokens_per_step=160, micro_tokens=160, max_len=64, topk=20, max_steps=int(steps),
-        export_every_s=float(export_s), ckpt_every_s=0.0, warmup_steps=2)
+        export_every_s=float(export_s), ckpt_every_s=ckpt_s, warmup_steps=2)
     head = head_for_training(target, Path(head_dir))
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
     n = [0]
@@ -116,13 +120,21 @@ def head_folder(tmp_path):
     return folder, script
 
 
-def _session(script, folder, ckpt, steps, export_s="0", wait=True):
+def _session(script, folder, ckpt, steps, export_s="0", wait=True, ckpt_s="0", fault=None):
+    """One training session in a subprocess; ``fault`` (``NAME:N:KIND``) cuts the N-th save of
+    a file NAME short (tests/save_fault.py): the session then fails, and its output is
+    returned for the caller to check."""
     data = str(script.parent / "repo" / "ids.npz")
-    cmd = [sys.executable, str(script), str(folder), str(ckpt), data, str(steps), export_s]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(script), str(folder), str(ckpt), data, str(steps), export_s, ckpt_s]
+    cmd = [sys.executable, *([str(SAVE_FAULT), fault] if fault else []), *cmd]
+    # this checkout's packages first (an editable install may point at another checkout)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if fault:
+        assert out.returncode != 0, f"the fault {fault} did not happen: {out.stdout}"
+        return out.stdout + out.stderr
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -212,6 +224,81 @@ def test_sigterm_ends_the_session_after_its_step_with_an_export(tmp_path, head_f
     assert [r["steps"] for r in _curve(folder)] == [state.steps]
 
 
+def _weights_and_digest(folder: Path) -> tuple[bytes, str | None]:
+    blob = (folder / WEIGHTS_FILE).read_bytes()
+    return blob, read_state(folder).export
+
+
+@pytest.mark.parametrize("kind", ["kill", "enospc"])
+def test_a_checkpoint_cut_short_keeps_the_last_one_and_resumes_to_the_uninterrupted_weights(
+    tmp_path, head_folder, kind
+):
+    """The 3rd local checkpoint's save is killed half-written or hits a full disk: the 2nd stays
+    whole, and the session resumed from it ends on the uninterrupted run's exact weights (its
+    optimiser came back too, so no second warm-up)."""
+    import torch
+
+    folder, script = head_folder
+    straight = tmp_path / "straight"
+    shutil.copytree(folder, straight)
+    _session(script, straight, tmp_path / "ck0", 4, ckpt_s="1e-9")
+    ckpt = tmp_path / "ck1"
+    out = _session(script, folder, ckpt, 4, ckpt_s="1e-9", fault=f"ckpt.pt:3:{kind}")
+    if kind == "enospc":
+        assert "No space left on device" in out and str(ckpt / "ckpt.pt") in out, out
+    kept = torch.load(ckpt / "ckpt.pt", weights_only=False)
+    assert kept["state"]["steps"] == 2  # the last whole one
+    log = _session(script, folder, ckpt, 2, ckpt_s="1e-9")
+    assert "resumed the local checkpoint: step 2" in log
+    a, b = (torch.load(d / "ckpt.pt", weights_only=False) for d in (tmp_path / "ck0", ckpt))
+    assert a["state"]["steps"] == b["state"]["steps"] == 4
+    for k in a["head"]:
+        assert torch.equal(a["head"][k], b["head"][k]), k
+    assert _weights_and_digest(straight) == _weights_and_digest(folder)
+    # a full disk leaves no temporary file; a kill may leave its one hidden temporary
+    leftovers = [p.name for p in ckpt.iterdir() if p.name != "ckpt.pt"]
+    assert len(leftovers) <= (0 if kind == "enospc" else 1), leftovers
+    assert all(name.startswith(".ckpt.pt.") for name in leftovers), leftovers
+
+
+@pytest.mark.parametrize(
+    "cut, kind",  # each file of an export, both kinds of cut among them
+    [
+        ("model.next.safetensors:2", "kill"),
+        ("state.json:2", "enospc"),
+        ("head_config.json:2", "kill"),
+        ("curve.jsonl:2", "enospc"),
+    ],
+)
+def test_an_export_cut_at_any_file_leaves_one_whole_export(tmp_path, head_folder, cut, kind):
+    """Exports after every step; the 2nd is cut at one of its files. What the repository then
+    holds is one whole export (the weights are the ones its state names, the config says the
+    same step), and the next session goes on from it."""
+    import hashlib
+
+    from mtad_train.cumulative import NEXT_WEIGHTS_FILE, settle_export
+
+    folder, script = head_folder
+    _session(script, folder, tmp_path / "ck", 3, export_s="1e-9", fault=f"{cut}:{kind}")
+    settle_export(folder)  # what the next session's start does first
+    state = read_state(folder)
+    blob, digest = _weights_and_digest(folder)
+    assert hashlib.sha256(blob).hexdigest()[:16] == digest
+    assert not (folder / TRAINING_DIR / NEXT_WEIGHTS_FILE).exists()
+    # the state is the commit point: a cut before it is written keeps the 1st export
+    committed_2nd = cut.split(":")[0] not in ("model.next.safetensors", "state.json")
+    assert state.steps == (2 if committed_2nd else 1)
+    config = json.loads((folder / "head_config.json").read_text())
+    assert (config["step"], config["trained_positions"]) == (state.steps, state.positions)
+    # every line whole; the row is written last, so the 2nd export's is lost (a measurement,
+    # not state: the next export adds its own)
+    assert [r["steps"] for r in _curve(folder)] == [1]
+    shutil.rmtree(tmp_path / "ck")
+    log = _session(script, folder, tmp_path / "ck2", 1, export_s="1e-9")
+    assert f"resumed the committed head: step {state.steps}" in log
+    assert read_state(folder).steps == state.steps + 1
+
+
 def test_the_reports_verdict_checks_each_figure_of_issue_39s_bar():
     from mtad_train.head_report import verdict
 
@@ -224,3 +311,29 @@ def test_the_reports_verdict_checks_each_figure_of_issue_39s_bar():
     text = verdict(res((0.5, 0.44, 0.4), 0.39), 3)
     assert text.startswith("Below issue 39's bar on 3 of 5 figures")
     assert "all kinds, depth 2 0.440 < 0.45" in text and "mtbench, depth 1 0.390 < 0.4" in text
+
+
+def test_the_weight_average_follows_its_decay_and_swaps_back_the_trained_weights():
+    import torch
+
+    from mtad.engine.feature_head import FeatureHead, HeadSpec
+    from mtad.engine.tiny import build_tiny_model
+    from mtad_train.cumulative import WeightAverage
+
+    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
+    head = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
+    average = WeightAverage(head, 0.9)
+    params = dict(head.named_parameters())
+    name = average.names[0]
+    start = params[name].detach().clone()
+    with torch.no_grad():
+        for n in average.names:
+            params[n].add_(1.0)
+    average.update(head)
+    assert torch.allclose(average.avg[name], start + 0.1, atol=1e-6)  # 0.9 * w + 0.1 * (w + 1)
+    trained = params[name].detach().clone()
+    with average.swapped_in(head):
+        assert torch.allclose(params[name], start + 0.1, atol=1e-6)
+    assert torch.equal(params[name], trained)
+    frozen = [n for n, p in head.named_parameters() if not p.requires_grad]
+    assert not set(frozen) & set(average.names)  # the target's frozen rows are not averaged

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from mtad.runs.atomic import write_atomic
 
 CONFIG_FILE = "config.yaml"
 SAMPLES_FILE = "samples.jsonl"
@@ -58,25 +59,6 @@ class ResultsNotWritten(RuntimeError):
 
 # --------------------------------------------------------------------------------------------
 # writing
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and a rename. An
-    ``OSError`` names ``path`` (a failed ``write`` or ``fsync``, e.g. a full disk, names no
-    file by itself)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and not err.filename:
-            err.filename = str(path)
-        raise
 
 
 def _jsonable(value: Any) -> Any:
