@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -136,12 +137,52 @@ def _ckpt_step(folder: Path) -> int:
         return -1
 
 
-def test_killed_distillation_resumes_to_the_same_end(tmp_path):
-    _pool(tmp_path / "pool.jsonl.gz")
-    straight = subprocess.run(
-        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """The uninterrupted distillation, run once for this module's resume tests (its folder)."""
+    tmp = tmp_path_factory.mktemp("distill")
+    _pool(tmp / "pool.jsonl.gz")
+    out = subprocess.run(_cmd(tmp, "a"), env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return tmp / "a"
+
+
+def _same_end(a: Path, b: Path) -> None:
+    """Two distillations ended alike: data, plan and the draft's weights."""
+    da, db = (np.load(r / "out" / "data.npz") for r in (a, b))
+    for key in ("tokens", "lens", "plens"):
+        assert np.array_equal(da[key], db[key]), key
+    ra, rb = (json.loads((r / "out" / "D" / "recipe.json").read_text())["plan"] for r in (a, b))
+    assert ra["steps"] == rb["steps"] == STEPS
+    assert ra["gen_tokens"] == rb["gen_tokens"] > 0
+    wa, wb = (load_file(str(r / "out" / "D" / "model.safetensors")) for r in (a, b))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0, msg=k)
+
+
+def test_a_distillation_cut_mid_checkpoint_resumes_to_the_same_end(tmp_path, straight):
+    """The disk is full at one checkpoint's save, then a later save is killed half-written:
+    each time the last whole checkpoint stays, and the run resumed after both ends as the
+    uninterrupted one (issue 38 item 4; tests/save_fault.py cuts the saves)."""
+    shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
+    fault = [sys.executable, str(REPO / "tests" / "save_fault.py")]
+    for spec in ("state.pt:5:enospc", "state.pt:4:kill"):
+        cmd = _cmd(tmp_path, "b")
+        cut = subprocess.run(
+            [*fault, spec, *cmd[1:]], env=_env(), capture_output=True, text=True, timeout=600
+        )
+        assert cut.returncode != 0, f"{spec} did not happen"
+        assert _ckpt_step(tmp_path / "b" / "ckpt") > 0  # a whole checkpoint is there, read back
+    assert "No space left on device" in cut.stderr or cut.returncode == -9
+    resumed = subprocess.run(
+        _cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True, timeout=600
     )
-    assert straight.returncode == 0, straight.stderr[-2000:]
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    _same_end(straight, tmp_path / "b")
+
+
+def test_killed_distillation_resumes_to_the_same_end(tmp_path, straight):
+    shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
 
     proc = subprocess.Popen(
         _cmd(tmp_path, "b"), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -164,18 +205,7 @@ def test_killed_distillation_resumes_to_the_same_end(tmp_path):
         in resumed.stdout + resumed.stderr
     )
 
-    a, b = (np.load(tmp_path / r / "out" / "data.npz") for r in ("a", "b"))
-    for key in ("tokens", "lens", "plens"):
-        assert np.array_equal(a[key], b[key]), key
-    ra, rb = (
-        json.loads((tmp_path / r / "out" / "D" / "recipe.json").read_text())["plan"]
-        for r in ("a", "b")
-    )
-    assert ra["steps"] == rb["steps"] == STEPS
-    assert ra["gen_tokens"] == rb["gen_tokens"] > 0
-    wa, wb = (load_file(str(tmp_path / r / "out" / "D" / "model.safetensors")) for r in "ab")
-    for k in wa:
-        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0, msg=k)
+    _same_end(straight, tmp_path / "b")
 
 
 def test_topk_kl_is_the_full_kl_when_k_is_the_vocabulary_and_a_lower_bound_below():
@@ -261,15 +291,11 @@ def test_prompt_positions_train_on_the_stored_teacher_in_the_cells_order(tiny_ll
     assert only[0].shape[0] == (9 - 4) + (14 - 6)
 
 
-def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
+def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path, straight):
     """``--data-in`` data are not generated again: a run continued from an earlier run's
     data.npz prompts the target with pool items the earlier run did not use."""
-    _pool(tmp_path / "pool.jsonl.gz")
-    first = subprocess.run(
-        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
-    )
-    assert first.returncode == 0, first.stderr[-2000:]
-    cmd = _cmd(tmp_path, "c") + ["--data-in", str(tmp_path / "a" / "out" / "data.npz")]
+    shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
+    cmd = _cmd(tmp_path, "c") + ["--data-in", str(straight / "out" / "data.npz")]
     cmd[cmd.index("--replay-ratio") + 1] = "0.5"  # generate soon after loading
     cont = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
     assert cont.returncode == 0, cont.stderr[-2000:]
@@ -282,7 +308,7 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
             for e, n, p in zip(ends, z["lens"], z["plens"], strict=True)
         ]
 
-    old = prompts(tmp_path / "a" / "out" / "data.npz")
+    old = prompts(straight / "out" / "data.npz")
     both = prompts(tmp_path / "c" / "out" / "data.npz")
     assert both[: len(old)] == old  # the loaded data come first
     new = both[len(old) :]
@@ -291,20 +317,18 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path):
     assert len(set(new)) == len(new)
 
 
-def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_refilling(tmp_path):
+def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_refilling(
+    tmp_path, straight
+):
     """The teacher-forced pass over ``--data-in`` data (an hour on a CPU for the shipped
     data) is checkpointed before the first step: a run killed after it resumes from that
     state without a second pass and ends where an uninterrupted run ends."""
-    _pool(tmp_path / "pool.jsonl.gz")
-    first = subprocess.run(
-        _cmd(tmp_path, "a"), env=_env(), capture_output=True, text=True, timeout=600
-    )
-    assert first.returncode == 0, first.stderr[-2000:]
+    shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
 
     def continued(run: str) -> list[str]:
         cmd = _cmd(tmp_path, run) + [
             "--data-in",
-            str(tmp_path / "a" / "out" / "data.npz"),
+            str(straight / "out" / "data.npz"),
             "--gen-frac",
             "0",
             "--prompt-weight",

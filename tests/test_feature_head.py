@@ -327,6 +327,43 @@ def tiny_shards(tmp_path_factory, tiny_target):
     return folder
 
 
+@pytest.mark.parametrize("kind", ["kill", "enospc"])
+def test_head_training_cut_mid_checkpoint_resumes_to_the_uninterrupted_weights(
+    tmp_path, tiny_shards, kind
+):
+    """The 4th checkpoint's save is killed half-written, or the disk is full at it: the 3rd
+    stays whole, and the run resumed from it ends on the uninterrupted run's exact weights
+    (issue 38 item 4; tests/save_fault.py cuts the save)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_SCRIPT)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+
+    def run(out: str, *fault: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, *fault, str(script), str(tiny_shards), str(tmp_path / out), "inf"]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+    full = run("a")
+    assert full.returncode == 0, full.stderr
+    cut = run("b", str(repo / "tests" / "save_fault.py"), f"ckpt.pt:4:{kind}")
+    assert cut.returncode != 0 and not (tmp_path / "b" / "final_weights.pt").exists()
+    if kind == "enospc":
+        assert "No space left on device" in cut.stderr, cut.stderr[-2000:]
+    kept = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=False)["state"]["step"]
+    assert kept == 3  # the last whole checkpoint (one per step)
+    resumed = run("b")
+    assert resumed.returncode == 0, resumed.stderr
+    a = torch.load(tmp_path / "a" / "final_weights.pt")
+    b = torch.load(tmp_path / "b" / "final_weights.pt")
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{k} differs after a cut checkpoint + resume"
+
+
 def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_path, tiny_shards):
     import os
     import signal
