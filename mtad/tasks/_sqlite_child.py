@@ -73,8 +73,10 @@ class Worker:
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         timeout_s = float(request["timeout_s"])
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-        # this query's CPU seconds on top of what the process used so far (SIGXCPU past them)
-        cpu = int(used) + 1 + math.ceil(timeout_s + float(self.spec["kill_grace_s"]))
+        # This query's CPU seconds (its time plus the parent's grace, rounded up to the
+        # kernel's whole seconds) on top of what the process used so far; SIGXCPU past them.
+        # The parent's wall-clock kill comes first; this bounds a worker whose parent is gone.
+        cpu = math.ceil(used + timeout_s + float(self.spec["kill_grace_s"]))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, resource.RLIM_INFINITY))
         self.denied_name = ""
         deadline = time.monotonic() + timeout_s
