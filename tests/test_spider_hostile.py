@@ -393,7 +393,7 @@ def test_a_run_whose_scoring_fails_keeps_every_generation(
     assert not is_complete(folder) and (folder / FAILED_FILE).is_file()
     samples = _rows(folder, "samples.jsonl")
     timings = _rows(folder, "timings.jsonl")
-    assert len(samples) == prep.spec.cfg.task.limit == len(timings)
+    assert len(samples) == cfg.task.limit == len(timings)
     assert [r["id"] for r in samples] == [t["id"] for t in timings]
     for row in samples:
         assert {"output", "output_tokens", "stopped_by", "prompt_tokens"} <= set(row)
