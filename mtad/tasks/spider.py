@@ -262,11 +262,12 @@ class SpiderTask(Task):
         with SqlExecutor(self.limits) as executor:
             for output in outputs:
                 ref = output.sample.reference
-                if self.protocol == "authors":
-                    prediction = authors_prediction(output.text)
-                else:
-                    prediction = clean_prediction(output.text)
+                prediction = ""
                 try:
+                    if self.protocol == "authors":
+                        prediction = authors_prediction(output.text)
+                    else:
+                        prediction = clean_prediction(output.text)
                     correct, authors_correct, error = self._execute(
                         executor, ref["db_id"], ref["gold"], prediction
                     )
@@ -284,7 +285,7 @@ class SpiderTask(Task):
                         "prediction": prediction,
                         "exec_match": correct,
                         "exec_match_authors": authors_correct,
-                        "exec_error": error or "",
+                        "exec_error": error,
                     }
                 )
         n = len(records)
