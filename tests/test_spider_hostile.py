@@ -343,7 +343,7 @@ def test_a_spider_run_with_hostile_queries_completes_with_every_generation_writt
         "task=spider",
         f"task.data_dir={spider_dir}",
         "task.limit=null",
-        "task.timeout_s=1",
+        "task.timeout_s=2",
         "task.max_rows=50",
         "energy=none",
         "logger=none",

@@ -1,7 +1,8 @@
 """The SQL worker process (private to :mod:`mtad.tasks.sqlite_readonly`).
 
 Started as ``python -I -S -B _sqlite_child.py '<json spec>'``; it imports the standard library
-only. Requests arrive on stdin, one JSON line each (``db``, ``sql``, ``timeout_s``,
+only, sets its limits and says it is ready (a reply ``{"ok": true, "ready": true}``). Requests
+arrive on stdin, one JSON line each (``db``, ``sql``, ``timeout_s``,
 ``max_rows``); each reply goes to stdout as an 8-byte big-endian length and a JSON body:
 ``{"ok": true, "rows": [...]}`` (a blob is ``{"b": "<base64>"}``) or ``{"ok": false, "kind":
 ..., "name": ..., "message": ...}``.
@@ -169,6 +170,7 @@ def main() -> None:
     probe.close()
     worker = Worker(spec)
     out = sys.stdout.buffer
+    _reply(out, {"ok": True, "ready": True})  # the parent's query clocks start from here
     for line in sys.stdin.buffer:
         try:
             body = worker.run(json.loads(line))

@@ -66,6 +66,7 @@ class SqlLimits:
     timeout_s: float = 5.0  # the progress handler's deadline
     max_rows: int = 100_000
     kill_grace_s: float = 2.0  # past timeout_s: the parent kills the worker; CPU limit too
+    start_s: float = 60.0  # for a worker to start (not a query's time; seconds on a busy host)
     memory_bytes: int = 1 << 30  # the worker's RLIMIT_AS
     heap_bytes: int = 512 << 20  # SQLite's hard_heap_limit, below RLIMIT_AS: a clean error
     value_bytes: int = 4 << 20  # SQLITE_LIMIT_LENGTH: the largest string or blob built or read
@@ -148,6 +149,7 @@ class SqlExecutor:
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
         self.starts = 0  # workers started (one, unless some were killed)
+        self._last_words = ""  # the end of a killed worker's stderr
 
     def __enter__(self) -> SqlExecutor:
         return self
@@ -167,6 +169,16 @@ class SqlExecutor:
             start_new_session=True,  # a kill reaches the worker only, never the harness
         )
         self.starts += 1
+        assert self._proc.stdout is not None
+        try:  # a worker's start is not its first query's time: wait for it apart
+            ready = json.loads(
+                self._read_reply(self._proc.stdout.fileno(), time.monotonic() + self.limits.start_s)
+            )
+        except (_Killed, ValueError):
+            ready = {}
+        if not ready.get("ready"):
+            code = self._kill()
+            raise WorkerDied(f"the SQL worker did not start ({_ended(code)}){self._last_words}")
         return self._proc
 
     def close(self) -> None:
@@ -193,6 +205,7 @@ class SqlExecutor:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         code = proc.wait()
+        self._last_words = self._stderr_tail()  # before close() drops the file
         self.close()
         return code
 
@@ -242,8 +255,7 @@ class SqlExecutor:
     def _died(self, code: int) -> QueryFailed | TimeoutError:
         if code == -signal.SIGXCPU:
             return TimeoutError("query ran past its CPU time limit (worker killed)")
-        why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
-        return WorkerDied(f"the SQL worker ended ({why}){self._stderr_tail()}")
+        return WorkerDied(f"the SQL worker ended ({_ended(code)}){self._last_words}")
 
     def _stderr_tail(self) -> str:
         if self._stderr is None:
@@ -262,6 +274,10 @@ class SqlExecutor:
         return _read_exact(fd, size, deadline)
 
 
+def _ended(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+
+
 class _Killed(Exception):  # noqa: N818 - internal signal from the reader
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(reason)
@@ -274,8 +290,9 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes:
     parts: list[bytes] = []
     got = 0
     while got < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        # what has arrived is read even past the deadline (the parent may have been slow)
+        left = max(0.0, deadline - time.monotonic())
+        if not select.select([fd], [], [], left)[0]:
             raise _Killed("timeout")
         chunk = os.read(fd, min(n - got, 1 << 20))
         if not chunk:
