@@ -275,7 +275,12 @@ class SqlExecutor:
 
 
 def _ended(code: int) -> str:
-    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:  # a real-time signal has no name
+        return f"signal {-code}"
 
 
 class _Killed(Exception):  # noqa: N818 - internal signal from the reader
