@@ -14,11 +14,13 @@ Order matters for honest numbers and cheap failures:
    ``overhead_s``), then one short untimed warm-up generation.
 4. Only the generation loop runs between ``energy.start()`` and ``energy.stop()``; decoding time
    is the decoder's own clock (``DecodeStats``), summed over prompts.
-5. Scoring (downstream score, perplexity by a separate target forward) happens after.
-6. ``config.yaml``, ``samples.jsonl``, ``timings.jsonl`` and ``environment.json`` are written
-   atomically (:mod:`mtad.harness.records`); then W&B gets the summary and the per-sample table
-   and finishes; then ``metrics.json``, whose presence marks the folder complete (so a result
-   folder is complete only when its W&B run is too).
+5. ``config.yaml``, ``samples.jsonl`` (the generations: ids, outputs, token counters, no scores
+   yet), ``timings.jsonl`` and ``environment.json`` are written atomically
+   (:mod:`mtad.harness.records`), so that a scoring failure loses no generation.
+6. Scoring (downstream score, perplexity by a separate target forward) happens after; then
+   ``samples.jsonl`` is rewritten with the scores; then W&B gets the summary and the
+   per-sample table and finishes; then ``metrics.json``, whose presence marks the folder
+   complete (so a result folder is complete only when its W&B run is too).
 
 A run that raises after step 2 writes ``failed.json`` (traceback, config, environment, time)
 into its result folder. That folder does not count as complete, so the next run of the same
@@ -56,9 +58,11 @@ from mtad.harness.records import (
     run_metrics,
     sample_record,
     split_timings,
+    unscored_record,
     wandb_summary,
     write_failure,
     write_outputs,
+    write_samples,
 )
 from mtad.harness.summary import print_run
 from mtad.harness.wandb_logger import make_logger, wandb_run_id
@@ -173,15 +177,21 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
             stats = total_stats(outputs)
             energy_block = energy.stop(stats.new_tokens)
 
+        # The generations reach the disk before anything scores them: a scorer that fails
+        # (a hostile completion, a broken gold answer, OOM in the perplexity forward) then
+        # costs the scores, never the decoding.
+        generated, timings = split_timings([unscored_record(out) for out in outputs])
+        with _writing(prep):
+            write_outputs(prep, generated, timings)
         with _timer(overhead, "score"):
             scored = score_outputs(prep.task, outputs, pair.target.model)
         rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
-        records, timings = split_timings(rows)
+        records, _ = split_timings(rows)
         metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
         metrics.update(generation.model_facts(pair, memory_before_load))
         metrics["wandb"] = logger.info()
         with _writing(prep):
-            write_outputs(prep, records, timings)
+            write_samples(prep, records)
         logger.log_result(wandb_summary(metrics), rows)
         logger.finish()
         # Last: the folder counts as complete only once W&B has the run too, so a failure or a

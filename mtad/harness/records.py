@@ -24,6 +24,7 @@ from mtad.runs.folder import (
     write_json,
     write_jsonl,
 )
+from mtad.tasks.base import Task
 from mtad.tasks.samples import SampleOutput
 
 # 2: the hardware facts of the identity (threads, cpu_bf16 on every device), score_record
@@ -54,6 +55,12 @@ def sample_record(record: dict[str, Any], output: SampleOutput) -> dict[str, Any
     """The task's record (id, output text, ``output_tokens`` kept up to the stop string, its
     scores) plus the sample's decode counters (``new_tokens``: what the decoder generated)."""
     return {**record, **sample_stats(output)}
+
+
+def unscored_record(output: SampleOutput) -> dict[str, Any]:
+    """What :func:`sample_record` holds before the task scores it: the task's base record
+    (id, output text, ``output_tokens``, ``stopped_by``) and the decode counters."""
+    return sample_record(Task.base_record(output), output)
 
 
 def split_timings(
@@ -139,6 +146,11 @@ def write_outputs(
     write_json(folder / ENVIRONMENT_FILE, environment())
 
 
+def write_samples(prep: Prepared, records: list[dict[str, Any]]) -> None:
+    """``samples.jsonl`` again, with the scores (the folder holds the rest already)."""
+    write_jsonl(prep.result_dir / SAMPLES_FILE, records)
+
+
 def commit(prep: Prepared, metrics: dict[str, Any]) -> None:
     """``metrics.json``, last: its presence marks the folder complete."""
     (prep.result_dir / FAILED_FILE).unlink(missing_ok=True)  # an earlier attempt's failure
@@ -171,7 +183,9 @@ __all__ = [
     "sample_record",
     "sample_stats",
     "split_timings",
+    "unscored_record",
     "wandb_summary",
     "write_failure",
     "write_outputs",
+    "write_samples",
 ]

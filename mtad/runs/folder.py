@@ -7,7 +7,9 @@ same bytes on a CPU), ``timings.jsonl`` (per-prompt times), ``environment.json``
 package versions, hardware, SLURM job) and ``metrics.json``. Every file is written to a
 temporary name and renamed into place; ``metrics.json`` is written last, so a folder holding it
 (and the others) is complete and a re-run skips it. ``failed.json`` marks a run that raised;
-such a folder is not complete, and the next run of the command retries it.
+such a folder is not complete, and the next run of the command retries it. ``samples.jsonl`` is
+written twice: with the generations alone before scoring (ids, outputs, token counters), then
+with the scores; so a run that failed while scoring keeps every generation in its folder.
 """
 
 from __future__ import annotations

@@ -11,10 +11,19 @@ reply pre-filled with an opened ``sql`` fence and ``SELECT``.
 
 Execution accuracy: predicted and gold queries run on the database through a read-only
 connection (``mode=ro`` URI, ``PRAGMA query_only``, and an authorizer that allows nothing but
-reading), each under a time limit and a row cap; a prediction is correct when its result rows
+reading and denies the functions that expose library pointers), in a worker process bounded in
+time (``timeout_s``, then a wall-clock kill), memory, value and result size (rows: ``max_rows``;
+bytes), see :mod:`mtad.tasks.sqlite_readonly`; a prediction is correct when its result rows
 equal the gold ones as a multiset, or as a list when the gold query has ``ORDER BY``. This is
 the plain execution match of the Spider evaluation, without the test-suite databases or its
 column-permutation search.
+
+Scoring never raises for one sample: whatever goes wrong with a sample (its query refused,
+timed out, killed, too large, an error message SQLite wrote in bytes that are not UTF-8, even
+an error of this code) makes it a failed record (``exec_match`` false) whose ``exec_error``
+says why, and the run goes on. A gold query that fails is a data error: its sample is failed
+with ``exec_error`` ``gold query fails: ...`` and counted in ``spider_gold_errors``, so it shows
+in the metrics instead of stopping the run after its generations.
 
 ``protocol: authors`` runs Spider as the MTAD authors' code does (GitHub ZongyueQin/MTAD,
 ``src/evaluation.py`` and ``src/utils.py``): the prompt is their one-shot Llama-2-chat-style
@@ -27,7 +36,7 @@ stop strings (they decode the whole budget); the prediction is the continuation 
 ``;``. Alongside our execution accuracy the run reports theirs, ``execution_accuracy_authors``
 (rows compared as a set of sorted stringified rows: their ``match``). Their
 ``execution_accuracy_references`` leaves questions whose gold query fails out of the
-denominator; here a failing gold query is a data error and stops the run.
+denominator; here such a question stays in it, failed, and ``spider_gold_errors`` counts it.
 Not reproduced: their tokenizer call cuts every prompt to its first 512 tokens
 (``max_length=512, truncation=True``), which on large schemas drops the question itself; we feed
 the whole prompt.
@@ -44,7 +53,13 @@ from typing import Any
 
 from mtad.tasks.base import Task, check_positive, check_protocol
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
-from mtad.tasks.sqlite_readonly import QueryRefused, execute_readonly, results_match, schema_ddl
+from mtad.tasks.sqlite_readonly import (
+    QueryFailed,
+    SqlExecutor,
+    SqlLimits,
+    results_match,
+    schema_ddl,
+)
 
 STOP = (";", "\n\n", "```")
 RAW_TEMPLATE = (
@@ -119,6 +134,13 @@ def authors_match(gold: Sequence[tuple], pred: Sequence[tuple]) -> bool:
     return rows(gold) == rows(pred)
 
 
+GOLD_FAILS = "gold query fails: "  # how a failed gold query's record starts its exec_error
+
+
+class GoldFailed(Exception):  # noqa: N818 - a sample's outcome, not a bug
+    """The sample's gold query failed (a data error, recorded on the sample)."""
+
+
 def clean_prediction(text: str) -> str:
     """``SELECT`` + the model's continuation, on one line, without a trailing semicolon."""
     sql = "SELECT" + text
@@ -152,6 +174,7 @@ class SpiderTask(Task):
         check_positive(timeout_s=timeout_s, max_rows=max_rows)
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
+        self.limits = SqlLimits(timeout_s=self.timeout_s, max_rows=self.max_rows)
 
     def _check_data_dir(self) -> Path:
         expected = f"{self.split}.json, tables.json and database/<db_id>/<db_id>.sqlite"
@@ -217,47 +240,63 @@ class SpiderTask(Task):
             )
         return samples
 
-    def _execute(self, db_id: str, gold: str, predicted: str) -> tuple[bool, bool, str]:
+    def _execute(
+        self, executor: SqlExecutor, db_id: str, gold: str, predicted: str
+    ) -> tuple[bool, bool, str]:
         """(correct, correct by the authors' set comparison, error message)."""
         path = self.db_path(db_id)
         try:
-            gold_rows = execute_readonly(path, gold, self.timeout_s, self.max_rows)
-        except Exception as e:  # a broken gold query is a data problem, not a model error
-            raise RuntimeError(f"gold query fails on {db_id}: {gold!r}: {e}") from e
+            gold_rows = executor.execute(path, gold)
+        except (QueryFailed, TimeoutError, sqlite3.Error) as e:  # data, not the model's error
+            raise GoldFailed(f"{GOLD_FAILS}{type(e).__name__}: {e}") from e
         try:
-            pred_rows = execute_readonly(path, predicted, self.timeout_s, self.max_rows)
-        except (QueryRefused, TimeoutError, sqlite3.Error) as e:
+            pred_rows = executor.execute(path, predicted)
+        except (QueryFailed, TimeoutError, sqlite3.Error) as e:
             return False, False, f"{type(e).__name__}: {e}"
         ordered = re.search(r"\border\s+by\b", gold, re.IGNORECASE) is not None
         return results_match(gold_rows, pred_rows, ordered), authors_match(gold_rows, pred_rows), ""
 
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
         records = []
-        for output in outputs:
-            ref = output.sample.reference
-            if self.protocol == "authors":
-                prediction = authors_prediction(output.text)
-            else:
-                prediction = clean_prediction(output.text)
-            correct, authors_correct, error = self._execute(ref["db_id"], ref["gold"], prediction)
-            records.append(
-                {
-                    **self.base_record(output),
-                    "db_id": ref["db_id"],
-                    "prediction": prediction,
-                    "exec_match": correct,
-                    "exec_match_authors": authors_correct,
-                    "exec_error": error,
-                }
-            )
+        gold_errors = 0
+        with SqlExecutor(self.limits) as executor:
+            for output in outputs:
+                ref = output.sample.reference
+                prediction = ""
+                try:
+                    if self.protocol == "authors":
+                        prediction = authors_prediction(output.text)
+                    else:
+                        prediction = clean_prediction(output.text)
+                    correct, authors_correct, error = self._execute(
+                        executor, ref["db_id"], ref["gold"], prediction
+                    )
+                except GoldFailed as e:
+                    correct, authors_correct, error = False, False, str(e)
+                    gold_errors += 1
+                except Exception as e:  # noqa: BLE001 - one sample's failure, recorded as such
+                    # (e.g. MemoryError comparing results): never the run's, whose generations
+                    # would go with it
+                    correct, authors_correct, error = False, False, f"{type(e).__name__}: {e}"
+                records.append(
+                    {
+                        **self.base_record(output),
+                        "db_id": ref["db_id"],
+                        "prediction": prediction,
+                        "exec_match": correct,
+                        "exec_match_authors": authors_correct,
+                        "exec_error": error,
+                    }
+                )
         n = len(records)
         metrics: dict[str, Any] = {
             "execution_accuracy": sum(r["exec_match"] for r in records) / n if n else float("nan"),
             "spider_n": n,
             "spider_errors": sum(bool(r["exec_error"]) for r in records),
+            "spider_gold_errors": gold_errors,
             "spider_protocol": self.protocol,
         }
-        if self.protocol == "authors":  # gold queries always run here (a failing one raises)
+        if self.protocol == "authors":  # a failed gold query counts as a miss (see above)
             metrics["execution_accuracy_authors"] = (
                 sum(r["exec_match_authors"] for r in records) / n if n else float("nan")
             )
