@@ -49,6 +49,20 @@ def _set_limits(spec: dict) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
 
+def _pass_gate(gate: dict) -> None:
+    """Say hello to the harness and wait until it has moved this sandbox into the run's cgroup
+    (``spec["gate"]``, :func:`mtad.tasks.sandbox._move_in`); the gate closed unopened means the
+    harness could not, and the program must not run."""
+    hello, go = int(gate["hello_fd"]), int(gate["go_fd"])
+    os.write(hello, b"1")
+    os.close(hello)
+    opened = os.read(go, 1) == b"1"
+    os.close(go)
+    if not opened:
+        sys.stderr.write("mtad-sandbox: setup failed: the harness did not open the gate\n")
+        os._exit(SETUP_FAILED)
+
+
 def _run_program(nonce_fd: int, done_fd: int, serve: dict | None) -> None:
     """Run program.py; only when it returns (no exception, no SystemExit, no early exit of the
     process) hand the harness's nonce back: the proof that the program ran to its end. In
@@ -111,6 +125,8 @@ _CODEC = None  # mtad/tasks/plain_data.py, loaded by path in serve mode (see mai
 def main() -> None:
     global _CODEC
     spec = json.loads(sys.argv[1])
+    if "gate" in spec:
+        _pass_gate(spec["gate"])
     serve = spec.get("serve")
     if serve is not None:
         import importlib.util
