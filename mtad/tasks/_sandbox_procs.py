@@ -70,6 +70,60 @@ def join_fresh_session_keyring() -> bool:
     return _libc().syscall(number, _KEYCTL_JOIN_SESSION_KEYRING, None) >= 0
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@functools.cache
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (once): a process whose parent dies while it runs
+    comes to this process instead of the host's pid 1. bwrap's outer process exits as soon as
+    its init reports the program's exit status, without waiting for that init; so the init
+    comes back here, and :func:`reap_adopted` reaps it before the run's result returns.
+    Orphans of this process's other descendants would come here too (Python's subprocess
+    waits only for its own children; none of ours daemonizes)."""
+    return _libc().prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (None where the kernel has none, or it is gone)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def reap_adopted(
+    inits: list[tuple[int, int | None]], uid: int | None, timeout: float = 5.0
+) -> None:
+    """Wait for each run's bwrap init (pid, pidfd) to exit, and reap it if it came to this
+    process (:func:`become_subreaper`); one the outer bwrap reaped is not a child here. With
+    a uid of the run's own, also every child of the uid left here (an init that ended before
+    the harness took hold of it: the wrapper failed to start)."""
+    deadline = time.monotonic() + timeout
+    for pid, fd in inits:
+        if fd is not None:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+        else:  # no pidfd: the pid stays ours (a zombie of this process) until reaped here
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    if uid is None:
+        return
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError, ChildProcessError):
+                if entry.stat().st_uid != uid:
+                    continue
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                if int(fields[1]) == me and fields[0] in ("Z", "X"):
+                    os.waitpid(int(entry.name), 0)
+
+
 def children(pid: int) -> list[int]:
     """The child processes of ``pid``."""
     try:
@@ -90,10 +144,12 @@ def _children_by_scan(pid: int) -> list[int]:
     found = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{entry.name}/stat") as f:
-                    if int(f.read().rpartition(")")[2].split()[1]) == pid:
-                        found.append(int(entry.name))
+            with (
+                contextlib.suppress(OSError, IndexError, ValueError),
+                open(f"/proc/{entry.name}/stat") as f,
+            ):
+                if int(f.read().rpartition(")")[2].split()[1]) == pid:
+                    found.append(int(entry.name))
     return found
 
 

@@ -30,9 +30,15 @@ _X32_BIT = 0x40000000
 
 # (audit arch, system call numbers) of the calls refused, per machine
 _ARCH = {
-    "x86_64": (0xC000003E, {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "setsid": 112}),
-    "aarch64": (0xC00000B7, {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "setsid": 157}),
-}  # fmt: skip
+    "x86_64": (
+        0xC000003E,
+        {"memfd_create": 319, "memfd_secret": 447, "shmget": 29, "setsid": 112},
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {"memfd_create": 279, "memfd_secret": 447, "shmget": 194, "setsid": 157},
+    ),
+}
 MEMORY_CALLS = ("memfd_create", "memfd_secret", "shmget")
 SESSION_CALLS = ("setsid",)
 

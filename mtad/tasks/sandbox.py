@@ -54,10 +54,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
 
+from mtad.tasks import _sandbox_seccomp
 from mtad.tasks._sandbox_bwrap import (
     SCRATCH,
     Interpreter,
@@ -65,17 +66,19 @@ from mtad.tasks._sandbox_bwrap import (
     command,
     interpreter,
 )
-from mtad.tasks import _sandbox_seccomp
 from mtad.tasks._sandbox_cgroup import RunCgroup, hierarchy
 from mtad.tasks._sandbox_procs import (
     UID_RANGE,
     allocate_uid,
+    become_subreaper,
     children,
     join_fresh_session_keyring,
     kill_everything,
     output_tail,
+    pidfd,
     processes_of_uid,
     read_available,
+    reap_adopted,
     wait_exit,
 )
 
@@ -240,24 +243,32 @@ class _Channels:
     done_r: int
     handed: list[int]
     seccomp: IO[bytes] | None = None  # the filter bwrap loads (no cgroup: see _Confinement)
-    gate: _Gate | None = None  # with a cgroup: see _move_in
+    gate: _Gate | None = None  # see _pass_gate
 
 
 @dataclass
 class _Gate:
     """The wrapper writes a byte on ``hello`` once it is up, then waits for one on ``go``:
     meanwhile the harness moves the run into its cgroup, so no line of the program runs
-    outside it. ``hello_w`` and ``go_r`` are the sandbox's ends."""
+    outside it, and takes hold of bwrap's init (``inits``: pidfds, or pids where the kernel
+    has none) to reap it at the end. ``hello_w`` and ``go_r`` are the sandbox's ends."""
 
     hello_r: int
     go_w: int | None
     hello_w: int
     go_r: int
+    inits: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, pidfd)
 
     def close_go(self) -> None:
         if self.go_w is not None:
             os.close(self.go_w)
             self.go_w = None
+
+    def release(self) -> None:
+        for _pid, fd in self.inits:
+            if fd is not None:
+                os.close(fd)
+        self.inits = []
 
 
 @dataclass
@@ -284,7 +295,7 @@ def _confinement(stack: ExitStack, limits: SandboxLimits) -> _Confinement:
     features: tuple[str, ...] = ()
     cgroup = None
     if where is not None:
-        cgroup = RunCgroup(where, limits.memory_mb << 20)
+        cgroup = RunCgroup(where, (limits.memory_mb + limits.disk_mb) << 20)
         stack.callback(cgroup.close)
         features = where.features()
     calls: tuple[str, ...] = ()
@@ -309,7 +320,7 @@ def _temporary(stack: ExitStack) -> IO[bytes]:
 def _open_channels(stack: ExitStack, source: str, box: _Confinement) -> _Channels:
     """Output files, the status file, the program's source, bwrap's options and the nonce
     round trip: the wrapper reads the nonce once the program ended, and writes it back on
-    ``done``. With a cgroup, the gate: the wrapper says hello and waits for go."""
+    ``done``; the gate (:func:`_pass_gate`): the wrapper says hello and waits for go."""
     out, err, status, program, args = (_temporary(stack) for _ in range(5))
     program.write(source.encode("utf-8"))
     program.seek(0)
@@ -329,13 +340,13 @@ def _open_channels(stack: ExitStack, source: str, box: _Confinement) -> _Channel
         ch.seccomp = _temporary(stack)
         ch.seccomp.write(_sandbox_seccomp.program(box.seccomp_calls))
         ch.seccomp.seek(0)
-    if box.cgroup is not None:
-        hello_r, hello_w = os.pipe()
-        go_r, go_w = os.pipe()
-        ch.gate = gate = _Gate(hello_r, go_w, hello_w, go_r)
-        stack.callback(os.close, hello_r)
-        stack.callback(gate.close_go)
-        ch.handed += [hello_w, go_r]
+    hello_r, hello_w = os.pipe()
+    go_r, go_w = os.pipe()
+    ch.gate = gate = _Gate(hello_r, go_w, hello_w, go_r)
+    stack.callback(os.close, hello_r)
+    stack.callback(gate.close_go)
+    stack.callback(gate.release)
+    ch.handed += [hello_w, go_r]
     return ch
 
 
@@ -441,24 +452,31 @@ def _readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(timeout * 1000))
 
 
-def _move_in(proc: subprocess.Popen, gate: _Gate, cgroup: RunCgroup, timeout: float) -> None:
-    """Once the wrapper waits at the gate, move bwrap's init and the wrapper (every process
-    under the outer bwrap) into the run's cgroup, then open the gate; a process moved in
-    before it forks takes its children with it. The outer bwrap stays out: it only waits,
-    and it must outlive its init to reap it (:func:`end_sandbox`). Where the wrapper never
-    says hello (bwrap failed), the gate closes unopened and the run reports that."""
+def _pass_gate(
+    proc: subprocess.Popen, gate: _Gate, cgroup: RunCgroup | None, timeout: float
+) -> bool:
+    """Once the wrapper waits at the gate: take hold of bwrap's init (the outer bwrap's child,
+    alive while the wrapper is), move it and the wrapper (every process under the outer bwrap)
+    into the run's cgroup, then open the gate; a process moved in before it forks takes its
+    children with it. The outer bwrap stays out: it only waits. Where the wrapper never says
+    hello (bwrap failed), the gate closes unopened and the run reports that. False when the
+    hello did not come within ``timeout`` (the run's wall clock)."""
     try:
-        if not _readable(gate.hello_r, timeout) or read_available(gate.hello_r, 1) != b"1":
-            return
-        pending = children(proc.pid)
+        if not _readable(gate.hello_r, timeout):
+            return False
+        if read_available(gate.hello_r, 1) != b"1":
+            return True
+        gate.inits = [(pid, pidfd(pid)) for pid in children(proc.pid)]
+        pending = children(proc.pid) if cgroup is not None else []
         while pending:
             pid = pending.pop()
             try:
-                cgroup.add(pid)
+                cgroup.add(pid)  # type: ignore[union-attr]
             except ProcessLookupError:
                 continue
             pending += children(pid)
         os.write(gate.go_w, b"1")  # type: ignore[arg-type]
+        return True
     except OSError as err:
         raise SandboxError(f"cannot move the run into its cgroup: {err}") from err
     finally:
@@ -475,18 +493,19 @@ def _wait(
 ) -> tuple[bool, bool]:
     """(timed out, ended by itself); everything the run started has exited and been reaped
     on return: the cgroup emptied, bwrap's init killed from inside out and waited for."""
+    deadline = time.monotonic() + limits.wall_s
     try:
-        if box.cgroup is not None and ch.gate is not None:
-            _move_in(proc, ch.gate, box.cgroup, limits.wall_s)
-        if serve is None:
-            timed_out = not wait_exit(proc, limits.wall_s)
-        else:
-            timed_out = not serve.until(limits.wall_s)
-        return timed_out, proc.poll() is not None
+        if ch.gate is not None and not _pass_gate(proc, ch.gate, box.cgroup, limits.wall_s):
+            return True, False
+        left = max(0.0, deadline - time.monotonic())
+        ended = wait_exit(proc, left) if serve is None else serve.until(left)
+        return not ended, proc.poll() is not None
     finally:
         if box.cgroup is not None:
             box.cgroup.kill()
         kill_everything(proc, uid)
+        if ch.gate is not None:
+            reap_adopted(ch.gate.inits, uid)
 
 
 def _read_back(ch: _Channels, limits: SandboxLimits) -> tuple[bool, bool, str, str]:
@@ -549,6 +568,7 @@ def run_python(
         interp = sandbox_interpreter(python)
         uid = allocate_uid() if os.geteuid() == 0 else None
         box = _confinement(stack, limits)
+        become_subreaper()  # bwrap's init comes back here to be reaped (see _wait)
         ch = _open_channels(stack, source, box)
         ch.handed += serve_fds
         serve_fds = []
