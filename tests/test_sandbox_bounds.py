@@ -195,7 +195,7 @@ HOG_CHILDREN = 8
 
 def _rates() -> tuple[float, float, tuple[str, ...]]:
     """(honest run's CPU rate, hog run's CPU rate, isolation) over one common window."""
-    start = time.time() + 3.0  # both runs are up by then, even on a loaded machine
+    start = time.time() + 6.0  # both runs are up by then, even on a loaded machine
     window = dict(start=start, end=start + 4.0)
     sources = [
         _HONEST.format(**window),
@@ -440,6 +440,24 @@ def test_a_v2_cgroup_that_hands_out_memory_is_used(tmp_path: Path) -> None:
     (folder,) = run.folders
     assert (folder / "memory.max").read_text() == str(300 * MIB)
     assert folder.parent == found.memory and folder.name.startswith("mtad-sandbox-")
+
+
+def test_v2_runs_go_beside_the_harness_when_its_cgroup_cannot_hand_out_memory(
+    tmp_path: Path,
+) -> None:
+    """v2 keeps processes in leaves: when the harness's cgroup cannot enable memory for
+    children (the kernel's EBUSY; here a control file that cannot be written) and its parent
+    hands memory out, runs' cgroups are the harness's siblings."""
+    mountinfo = _fake_v2(tmp_path, "", controllers="cpu memory")
+    parent = tmp_path / "user.slice"
+    (parent / "cgroup.controllers").write_text("cpu memory\n")
+    (parent / "cgroup.subtree_control").write_text("cpu memory\n")
+    control = parent / "harness.scope" / "cgroup.subtree_control"
+    control.unlink()
+    control.mkdir()  # reads and writes as a file fail, for root too
+    found, why = find_hierarchy("0::/user.slice/harness.scope\n", mountinfo)
+    assert found is not None and found.version == 2, why
+    assert found.memory == parent == found.cpu
 
 
 def test_without_any_usable_cgroup_the_reason_is_given(tmp_path: Path) -> None:

@@ -10,8 +10,10 @@ between cgroups first: a run with many busy children gets one share, not one per
 Where the harness can, it creates the run's cgroup as a child of its own (it must be able to
 write there: root, or a delegated subtree):
 
-* cgroup v2 (``memory.max``, ``memory.swap.max``, ``cpu.weight.nice``) when the harness's v2
-  cgroup hands its children the ``memory`` controller (``cgroup.subtree_control``);
+* cgroup v2 (``memory.max``, ``memory.swap.max``, ``cpu.weight.nice``) as children of the
+  harness's v2 cgroup when it hands them the ``memory`` controller (``cgroup.subtree_control``),
+  else as its siblings (v2 keeps processes in leaves, so a cgroup holding the harness rarely
+  can);
 * else cgroup v1 (``memory.limit_in_bytes``, ``memory.memsw.limit_in_bytes``, ``cpu.shares``)
   in the hierarchies that carry ``memory`` and ``cpu``.
 
@@ -96,14 +98,23 @@ def _writable(folder: Path) -> bool:
 
 
 def _v2(folder: Path) -> Hierarchy | None:
-    """v2: our cgroup must hand ``memory`` to its children; enabling it is refused (EBUSY) when
-    our cgroup holds processes and is not the root, which is the usual case without delegation."""
+    """v2: runs' cgroups are children of ours where it hands ``memory`` to its children; that
+    is refused (EBUSY) when ours holds processes and is not the root (v2 keeps processes in
+    leaves), the usual case. Then they are our siblings, children of our parent, which hands
+    out ``memory`` if ours has it, where we may write there (root; else a delegated parent)."""
+    found = _v2_children(folder)
+    if found is None and folder.parent != folder:
+        found = _v2_children(folder.parent, enable=False)
+    return found
+
+
+def _v2_children(folder: Path, *, enable: bool = True) -> Hierarchy | None:
     try:
         enabled = set((folder / "cgroup.subtree_control").read_text().split())
         available = set((folder / "cgroup.controllers").read_text().split())
     except OSError:
         return None
-    wanted = [c for c in ("memory", "cpu") if c in available and c not in enabled]
+    wanted = [c for c in ("memory", "cpu") if enable and c in available and c not in enabled]
     for controller in wanted:
         with contextlib.suppress(OSError):
             (folder / "cgroup.subtree_control").write_text(f"+{controller}")

@@ -97,8 +97,8 @@ def reap_adopted(
 ) -> None:
     """Wait for each run's bwrap init (pid, pidfd) to exit, and reap it if it came to this
     process (:func:`become_subreaper`); one the outer bwrap reaped is not a child here. With
-    a uid of the run's own, also every child of the uid left here (an init that ended before
-    the harness took hold of it: the wrapper failed to start)."""
+    none taken hold of (the wrapper failed to start) and a uid of the run's own, every child
+    of that uid left here instead."""
     deadline = time.monotonic() + timeout
     for pid, fd in inits:
         if fd is not None:
@@ -110,7 +110,7 @@ def reap_adopted(
         else:  # no pidfd: the pid stays ours (a zombie of this process) until reaped here
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-    if uid is None:
+    if inits or uid is None:
         return
     me = os.getpid()
     for entry in os.scandir("/proc"):

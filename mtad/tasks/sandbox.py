@@ -19,7 +19,23 @@ force (:attr:`SandboxResult.isolation`):
   unused uid, so ``RLIMIT_NPROC`` (which does not bind root) bounds fork bombs and a sweep
   afterwards kills any process left under that uid;
 * ``rlimits``: CPU seconds, address space, file size, open files, process count, no core files;
-* ``session``: a new session / process group, killed as a whole on the wall-clock deadline.
+* ``session``: a new session / process group, killed as a whole on the wall-clock deadline;
+* ``memory_cgroup``, ``cpu_cgroup`` (:mod:`mtad.tasks._sandbox_cgroup`): the run's own cgroup,
+  entered before the program's first line (the wrapper waits at a gate until it is in):
+  one memory limit, ``memory_mb + disk_mb``, over everything its processes allocate,
+  memory-backed files included (``memfd_create``, tmpfs, SysV shared memory, which
+  ``RLIMIT_AS`` does not count), and one CPU share, the harness's own nice level's, however
+  many children (in however many sessions) the program starts. Where no cgroup can be made,
+  the list says ``no_memory_cgroup`` and a seccomp filter refuses ``memfd_create`` and
+  ``shmget`` instead (``memfd_denied``; the scratch folder is size-limited, ``/dev`` read-only),
+  and ``setsid`` (``cpu_autogroup`` where the scheduler's autogroups are on, else
+  ``no_cpu_share``);
+* ``own_keyring``: bwrap starts with a fresh, empty session keyring, so the program reads no
+  key of the harness's login session and leaves none for the next run (its user keyring is
+  its user namespace's own);
+* reaping: the run's processes have all exited, and been waited for, when :func:`run_python`
+  returns (its cgroup emptied and removed, bwrap's init killed from the inside out and reaped
+  here: the harness is a child subreaper, :func:`~mtad.tasks._sandbox_procs.become_subreaper`).
 
 bubblewrap is a dependency like any other (``scripts/setup.sh`` installs it): without it, or
 where the kernel refuses it user namespaces, :class:`SandboxError` says so; there is no weaker
