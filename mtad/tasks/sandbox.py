@@ -311,9 +311,13 @@ def _confinement(stack: ExitStack, limits: SandboxLimits) -> _Confinement:
     features: tuple[str, ...] = ()
     cgroup = None
     if where is not None:
-        cgroup = RunCgroup(where, (limits.memory_mb + limits.disk_mb) << 20)
-        stack.callback(cgroup.close)
-        features = where.features()
+        try:
+            cgroup = RunCgroup(where, (limits.memory_mb + limits.disk_mb) << 20)
+        except OSError as err:  # found, yet refused now: this run goes without, and says so
+            log.warning("sandbox: cannot make the run's cgroup in %s: %s", where.memory, err)
+        else:
+            stack.callback(cgroup.close)
+            features = where.features()
     calls: tuple[str, ...] = ()
     can_filter = _sandbox_seccomp.supported()
     if "memory_cgroup" not in features:
