@@ -9,7 +9,9 @@ and exits with this process's status; when it exits the kernel kills whatever th
 in the namespace, ``setsid``-detached daemons included.
 
 Started as ``python -I -B /sandbox/_sandbox_child.py '<json spec>'`` with the scratch folder as
-cwd. Standard library only; never imported by the harness. The status descriptor gets one JSON
+cwd. Standard library only; never imported by the harness. First it waits at the harness's
+gate (:func:`_pass_gate`) until the harness has moved the sandbox into the run's cgroup and
+taken hold of bwrap's init. The status descriptor gets one JSON
 line, ``{"ready": true}``, just before the program starts, so the parent can tell a sandbox that
 failed to come up from a program that failed.
 
