@@ -61,7 +61,10 @@ def _pass_gate(gate: dict) -> None:
     opened = os.read(go, 1) == b"1"
     os.close(go)
     if not opened:
-        sys.stderr.write("mtad-sandbox: setup failed: the harness did not open the gate\n")
+        sys.stderr.write(
+            "mtad-sandbox: the harness did not open the gate (the time limit ran out first, "
+            "or the run could not enter its cgroup)\n"
+        )
         os._exit(SETUP_FAILED)
 
 
