@@ -216,12 +216,14 @@ def command(
     program_fd: int,
     disk_mb: int,
     network: bool,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The full ``bwrap ... -- python -I -B <wrapper> <args>`` command line. ``child_fds``
     (file name -> descriptor, ``wrapper`` among them) are copied into read-only files under
     :data:`CHILD_DIR`: from descriptors, not bound from the project's tree, which the sandbox's
     unprivileged uid may not be able to reach (a checkout under a 0700 home or temp folder).
-    ``program_fd`` is read into ``SCRATCH/program.py``."""
+    ``program_fd`` is read into ``SCRATCH/program.py``; ``seccomp_fd``, when given, holds a
+    seccomp filter that bwrap loads just before it starts the interpreter."""
     args = [
         bwrap_path(),
         "--unshare-all",  # user, pid, net, ipc, uts, cgroup (if possible) namespaces
@@ -234,6 +236,8 @@ def command(
     ]
     if network:
         args.append("--share-net")
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += host_view(interp)
     for name, fd in child_fds.items():
         args += ["--perms", "0444", "--ro-bind-data", str(fd), f"{CHILD_DIR}/{name}"]

@@ -9,7 +9,9 @@ and exits with this process's status; when it exits the kernel kills whatever th
 in the namespace, ``setsid``-detached daemons included.
 
 Started as ``python -I -B /sandbox/_sandbox_child.py '<json spec>'`` with the scratch folder as
-cwd. Standard library only; never imported by the harness. The status descriptor gets one JSON
+cwd. Standard library only; never imported by the harness. First it waits at the harness's
+gate (:func:`_pass_gate`) until the harness has moved the sandbox into the run's cgroup and
+taken hold of bwrap's init. The status descriptor gets one JSON
 line, ``{"ready": true}``, just before the program starts, so the parent can tell a sandbox that
 failed to come up from a program that failed.
 
@@ -47,6 +49,23 @@ def _set_limits(spec: dict) -> None:
     # uid runs outside (0 with a uid of its own).
     nproc = int(spec["max_procs"]) + _count_processes() + int(spec["host_processes"])
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _pass_gate(gate: dict) -> None:
+    """Say hello to the harness and wait until it has moved this sandbox into the run's cgroup
+    (``spec["gate"]``, :func:`mtad.tasks.sandbox._move_in`); the gate closed unopened means the
+    harness could not, and the program must not run."""
+    hello, go = int(gate["hello_fd"]), int(gate["go_fd"])
+    os.write(hello, b"1")
+    os.close(hello)
+    opened = os.read(go, 1) == b"1"
+    os.close(go)
+    if not opened:
+        sys.stderr.write(
+            "mtad-sandbox: the harness did not open the gate (the time limit ran out first, "
+            "or the run could not enter its cgroup)\n"
+        )
+        os._exit(SETUP_FAILED)
 
 
 def _run_program(nonce_fd: int, done_fd: int, serve: dict | None) -> None:
@@ -111,6 +130,8 @@ _CODEC = None  # mtad/tasks/plain_data.py, loaded by path in serve mode (see mai
 def main() -> None:
     global _CODEC
     spec = json.loads(sys.argv[1])
+    if "gate" in spec:
+        _pass_gate(spec["gate"])
     serve = spec.get("serve")
     if serve is not None:
         import importlib.util

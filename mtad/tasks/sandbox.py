@@ -19,7 +19,23 @@ force (:attr:`SandboxResult.isolation`):
   unused uid, so ``RLIMIT_NPROC`` (which does not bind root) bounds fork bombs and a sweep
   afterwards kills any process left under that uid;
 * ``rlimits``: CPU seconds, address space, file size, open files, process count, no core files;
-* ``session``: a new session / process group, killed as a whole on the wall-clock deadline.
+* ``session``: a new session / process group, killed as a whole on the wall-clock deadline;
+* ``memory_cgroup``, ``cpu_cgroup`` (:mod:`mtad.tasks._sandbox_cgroup`): the run's own cgroup,
+  entered before the program's first line (the wrapper waits at a gate until it is in):
+  one memory limit, ``memory_mb + disk_mb``, over everything its processes allocate,
+  memory-backed files included (``memfd_create``, tmpfs, SysV shared memory, which
+  ``RLIMIT_AS`` does not count), and one CPU share, the harness's own nice level's, however
+  many children (in however many sessions) the program starts. Where no cgroup can be made,
+  the list says ``no_memory_cgroup`` and a seccomp filter refuses ``memfd_create`` and
+  ``shmget`` instead (``memfd_denied``; the scratch folder is size-limited, ``/dev`` read-only),
+  and ``setsid`` (``cpu_autogroup`` where the scheduler's autogroups are on, else
+  ``no_cpu_share``);
+* ``own_keyring``: bwrap starts with a fresh, empty session keyring, so the program reads no
+  key of the harness's login session and leaves none for the next run (its user keyring is
+  its user namespace's own);
+* reaping: the run's processes have all exited, and been waited for, when :func:`run_python`
+  returns (its cgroup emptied and removed, bwrap's init killed from the inside out and reaped
+  here: the harness is a child subreaper, :func:`~mtad.tasks._sandbox_procs.become_subreaper`).
 
 bubblewrap is a dependency like any other (``scripts/setup.sh`` installs it): without it, or
 where the kernel refuses it user namespaces, :class:`SandboxError` says so; there is no weaker
@@ -44,18 +60,21 @@ import json
 import logging
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, TypeVar
 
+from mtad.tasks import _sandbox_seccomp
 from mtad.tasks._sandbox_bwrap import (
     SCRATCH,
     Interpreter,
@@ -63,13 +82,19 @@ from mtad.tasks._sandbox_bwrap import (
     command,
     interpreter,
 )
+from mtad.tasks._sandbox_cgroup import RunCgroup, hierarchy
 from mtad.tasks._sandbox_procs import (
     UID_RANGE,
     allocate_uid,
+    become_subreaper,
+    children,
+    join_fresh_session_keyring,
     kill_everything,
     output_tail,
+    pidfd,
     processes_of_uid,
     read_available,
+    reap_adopted,
     wait_exit,
 )
 
@@ -233,16 +258,89 @@ class _Channels:
     nonce: bytes
     done_r: int
     handed: list[int]
+    seccomp: IO[bytes] | None = None  # the filter bwrap loads (no cgroup: see _Confinement)
+    gate: _Gate | None = None  # see _pass_gate
+
+
+@dataclass
+class _Gate:
+    """The wrapper writes a byte on ``hello`` once it is up, then waits for one on ``go``:
+    meanwhile the harness moves the run into its cgroup, so no line of the program runs
+    outside it, and takes hold of bwrap's init (``inits``: pidfds, or pids where the kernel
+    has none) to reap it at the end. ``hello_w`` and ``go_r`` are the sandbox's ends."""
+
+    hello_r: int
+    go_w: int | None
+    hello_w: int
+    go_r: int
+    inits: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, pidfd)
+
+    def close_go(self) -> None:
+        if self.go_w is not None:
+            os.close(self.go_w)
+            self.go_w = None
+
+    def release(self) -> None:
+        for _pid, fd in self.inits:
+            if fd is not None:
+                os.close(fd)
+        self.inits = []
+
+
+@dataclass
+class _Confinement:
+    """What bounds a run beyond bwrap and rlimits: its own cgroup where one can be made
+    (:mod:`mtad.tasks._sandbox_cgroup`), else a seccomp filter refusing what escapes the
+    address-space limit (:mod:`mtad.tasks._sandbox_seccomp`); ``features`` names what is in
+    force and, as ``no_...``, what is not."""
+
+    cgroup: RunCgroup | None
+    seccomp_calls: tuple[str, ...]
+    features: tuple[str, ...]
+
+
+def _autogroups() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _confinement(stack: ExitStack, limits: SandboxLimits) -> _Confinement:
+    where, _why = hierarchy()
+    features: tuple[str, ...] = ()
+    cgroup = None
+    if where is not None:
+        try:
+            cgroup = RunCgroup(where, (limits.memory_mb + limits.disk_mb) << 20)
+        except OSError as err:  # found, yet refused now: this run goes without, and says so
+            log.warning("sandbox: cannot make the run's cgroup in %s: %s", where.memory, err)
+        else:
+            stack.callback(cgroup.close)
+            features = where.features()
+    calls: tuple[str, ...] = ()
+    can_filter = _sandbox_seccomp.supported()
+    if "memory_cgroup" not in features:
+        if can_filter:
+            calls += _sandbox_seccomp.MEMORY_CALLS
+        features += ("memfd_denied",) if can_filter else ()
+        features += ("no_memory_cgroup",)
+    if "cpu_cgroup" not in features:
+        # with autogroups, a run confined to its one session shares CPU as one process would
+        if can_filter:
+            calls += _sandbox_seccomp.SESSION_CALLS
+        features += ("cpu_autogroup",) if can_filter and _autogroups() else ("no_cpu_share",)
+    return _Confinement(cgroup, calls, features)
 
 
 def _temporary(stack: ExitStack) -> IO[bytes]:
     return stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - the stack closes it
 
 
-def _open_channels(stack: ExitStack, source: str) -> _Channels:
+def _open_channels(stack: ExitStack, source: str, box: _Confinement) -> _Channels:
     """Output files, the status file, the program's source, bwrap's options and the nonce
     round trip: the wrapper reads the nonce once the program ended, and writes it back on
-    ``done``."""
+    ``done``; the gate (:func:`_pass_gate`): the wrapper says hello and waits for go."""
     out, err, status, program, args = (_temporary(stack) for _ in range(5))
     program.write(source.encode("utf-8"))
     program.seek(0)
@@ -257,7 +355,19 @@ def _open_channels(stack: ExitStack, source: str) -> _Channels:
     os.close(nonce_w)
     done_r, done_w = os.pipe()
     stack.callback(os.close, done_r)
-    return _Channels(out, err, status, program, args, child_files, nonce, done_r, [nonce_r, done_w])
+    ch = _Channels(out, err, status, program, args, child_files, nonce, done_r, [nonce_r, done_w])
+    if box.seccomp_calls:
+        ch.seccomp = _temporary(stack)
+        ch.seccomp.write(_sandbox_seccomp.program(box.seccomp_calls))
+        ch.seccomp.seek(0)
+    hello_r, hello_w = os.pipe()
+    go_r, go_w = os.pipe()
+    ch.gate = gate = _Gate(hello_r, go_w, hello_w, go_r)
+    stack.callback(os.close, hello_r)
+    stack.callback(gate.close_go)
+    stack.callback(gate.release)
+    ch.handed += [hello_w, go_r]
+    return ch
 
 
 def _wrapper_spec(
@@ -271,6 +381,8 @@ def _wrapper_spec(
         # RLIMIT_NPROC on kernels that count every process of the uid (see the wrapper)
         "host_processes": 0 if uid is not None else len(processes_of_uid(os.getuid())),
     }
+    if ch.gate is not None:
+        spec["gate"] = {"hello_fd": ch.gate.hello_w, "go_fd": ch.gate.go_r}
     if serve is not None:
         spec["serve"] = {
             "entry_point": serve.entry_point,
@@ -294,47 +406,126 @@ def _environment(env: dict[str, str] | None) -> dict[str, str]:
 
 
 def _start(
-    argv: list[str], ch: _Channels, env: dict[str, str], uid: int | None
-) -> subprocess.Popen:
+    stack: ExitStack, argv: list[str], ch: _Channels, env: dict[str, str], uid: int | None
+) -> tuple[subprocess.Popen, bool]:
     """bwrap, as ``uid`` when given (root hands the run a uid of its own before bwrap starts:
     bwrap then builds an unprivileged sandbox, exactly as for a normal user). Its options come
     on a descriptor (``--args``), not on its command line: bwrap stays pid 1 of the sandbox,
-    and its ``/proc/1/cmdline`` would show the host paths it binds."""
+    and its ``/proc/1/cmdline`` would show the host paths it binds.
+
+    It is started from a thread of its own that first joins a fresh, empty session keyring
+    (keyrings are per thread; the process starts with that thread's), so nothing in the
+    sandbox holds the harness's session keyring, and a key a run leaves there dies with it.
+    That thread lives until ``stack`` closes, after the run is reaped: bwrap's
+    ``--die-with-parent`` is a parent-death signal, sent when the parent *thread* ends.
+    Returns (bwrap, whether the keyring is the fresh one)."""
     split = argv.index("--")
     ch.args.write(b"".join(a.encode() + b"\0" for a in argv[1:split]))
     ch.args.seek(0)
     user = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
-    return subprocess.Popen(
-        [argv[0], "--args", str(ch.args.fileno()), *argv[split:]],
-        cwd="/",
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=ch.out,
-        stderr=ch.err,
-        pass_fds=[
-            ch.status.fileno(),
-            ch.program.fileno(),
-            ch.args.fileno(),
-            *(f.fileno() for f in ch.child_files.values()),
-            *ch.handed,
-        ],
-        start_new_session=True,
-        **user,
-    )
+    fds = [ch.status.fileno(), ch.program.fileno(), ch.args.fileno(), *ch.handed]
+    fds += [f.fileno() for f in ch.child_files.values()]
+    fds += [ch.seccomp.fileno()] if ch.seccomp is not None else []
+    started: dict[str, object] = {}
+    spawned, release = threading.Event(), threading.Event()
+
+    def spawn() -> None:
+        try:
+            started["keyring"] = join_fresh_session_keyring()
+            started["proc"] = subprocess.Popen(
+                [argv[0], "--args", str(ch.args.fileno()), *argv[split:]],
+                cwd="/",
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=ch.out,
+                stderr=ch.err,
+                pass_fds=fds,
+                start_new_session=True,
+                **user,
+            )
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            started["error"] = err
+        spawned.set()
+        if "proc" in started:
+            release.wait()
+
+    thread = threading.Thread(target=spawn, name="mtad-sandbox-start", daemon=True)
+    thread.start()
+    try:
+        while not spawned.wait(1.0):  # a timed wait stays interruptible by Ctrl-C
+            pass
+    except BaseException:  # Ctrl-C while it starts: let it finish, then end what it started
+        spawned.wait()
+        if "proc" in started:
+            kill_everything(started["proc"], uid)  # type: ignore[arg-type]
+        release.set()
+        raise
+    stack.callback(release.set)
+    if "error" in started:
+        raise started["error"]  # type: ignore[misc]
+    return started["proc"], bool(started["keyring"])  # type: ignore[return-value]
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
+def _pass_gate(
+    proc: subprocess.Popen, gate: _Gate, cgroup: RunCgroup | None, timeout: float
+) -> bool:
+    """Once the wrapper waits at the gate: take hold of bwrap's init (the outer bwrap's child,
+    alive while the wrapper is), move it and the wrapper (every process under the outer bwrap)
+    into the run's cgroup, then open the gate; a process moved in before it forks takes its
+    children with it. The outer bwrap stays out: it only waits. Where the wrapper never says
+    hello (bwrap failed), the gate closes unopened and the run reports that. False when the
+    hello did not come within ``timeout`` (the run's wall clock)."""
+    try:
+        if not _readable(gate.hello_r, timeout):
+            return False
+        if read_available(gate.hello_r, 1) != b"1":
+            return True
+        gate.inits = [(pid, pidfd(pid)) for pid in children(proc.pid)]
+        pending = children(proc.pid) if cgroup is not None else []
+        while pending:
+            pid = pending.pop()
+            try:
+                cgroup.add(pid)  # type: ignore[union-attr]
+            except ProcessLookupError:
+                continue
+            pending += children(pid)
+        os.write(gate.go_w, b"1")  # type: ignore[arg-type]
+        return True
+    except OSError as err:
+        raise SandboxError(f"cannot move the run into its cgroup: {err}") from err
+    finally:
+        gate.close_go()
 
 
 def _wait(
-    proc: subprocess.Popen, limits: SandboxLimits, serve: Serving | None, uid: int | None
+    proc: subprocess.Popen,
+    ch: _Channels,
+    box: _Confinement,
+    limits: SandboxLimits,
+    serve: Serving | None,
+    uid: int | None,
 ) -> tuple[bool, bool]:
-    """(timed out, ended by itself); everything the run started is dead on return."""
+    """(timed out, ended by itself); everything the run started has exited and been reaped
+    on return: the cgroup emptied, bwrap's init killed from inside out and waited for."""
+    deadline = time.monotonic() + limits.wall_s
     try:
-        if serve is None:
-            timed_out = not wait_exit(proc, limits.wall_s)
-        else:
-            timed_out = not serve.until(limits.wall_s)
-        return timed_out, proc.poll() is not None
+        if ch.gate is not None and not _pass_gate(proc, ch.gate, box.cgroup, limits.wall_s):
+            return True, False
+        left = max(0.0, deadline - time.monotonic())
+        ended = wait_exit(proc, left) if serve is None else serve.until(left)
+        return not ended, proc.poll() is not None
     finally:
+        if box.cgroup is not None:
+            box.cgroup.kill()
         kill_everything(proc, uid)
+        if ch.gate is not None:
+            reap_adopted(ch.gate.inits, uid)
 
 
 def _read_back(ch: _Channels, limits: SandboxLimits) -> tuple[bool, bool, str, str]:
@@ -347,12 +538,17 @@ def _read_back(ch: _Channels, limits: SandboxLimits) -> tuple[bool, bool, str, s
     return completed, ready, stdout, stderr
 
 
-def _isolation(limits: SandboxLimits, uid: int | None) -> tuple[str, ...]:
-    """What was in force: bwrap refuses to start rather than give less."""
+def _isolation(
+    limits: SandboxLimits, uid: int | None, box: _Confinement, keyring: bool
+) -> tuple[str, ...]:
+    """What was in force (bwrap refuses to start rather than give less), and, as ``no_...``,
+    the resource bounds this host could not give (:func:`_confinement`)."""
     return (
         ISOLATION
         + (() if limits.network else ("net_namespace",))
         + (("own_uid",) if uid is not None else ())
+        + box.features
+        + (("own_keyring",) if keyring else ("no_own_keyring",))
     )
 
 
@@ -391,7 +587,9 @@ def run_python(
         stack.callback(lambda: [os.close(fd) for fd in serve_fds])
         interp = sandbox_interpreter(python)
         uid = allocate_uid() if os.geteuid() == 0 else None
-        ch = _open_channels(stack, source)
+        box = _confinement(stack, limits)
+        become_subreaper()  # bwrap's init comes back here to be reaped (see _wait)
+        ch = _open_channels(stack, source, box)
         ch.handed += serve_fds
         serve_fds = []
         try:
@@ -403,13 +601,14 @@ def run_python(
                 program_fd=ch.program.fileno(),
                 disk_mb=limits.disk_mb,
                 network=limits.network,
+                seccomp_fd=ch.seccomp.fileno() if ch.seccomp is not None else None,
             )
             start = time.perf_counter()
-            proc = _start(argv, ch, _environment(env), uid)
+            proc, keyring = _start(stack, argv, ch, _environment(env), uid)
         finally:
             for fd in ch.handed:
                 os.close(fd)
-        timed_out, ended_itself = _wait(proc, limits, serve, uid)
+        timed_out, ended_itself = _wait(proc, ch, box, limits, serve, uid)
         wall = time.perf_counter() - start
         completed, ready, stdout, stderr = _read_back(ch, limits)
     if not ready and not timed_out and ended_itself:
@@ -420,7 +619,7 @@ def run_python(
         stdout=stdout,
         stderr=stderr,
         wall_s=wall,
-        isolation=_isolation(limits, uid),
+        isolation=_isolation(limits, uid, box, keyring),
         uid=uid,
         completed=completed and not timed_out and serve is None,
     )
