@@ -13,7 +13,7 @@ from mtad.harness.callbacks import read_pointers, write_pointer
 from mtad.runs.comparison import add_comparisons
 from mtad.runs.folder import is_complete, write_atomic, write_json
 from mtad.runs.frame import load_study
-from mtad.runs.tables import summary_frame
+from mtad.runs.tables import STUDY_TABLES, study_tables, summary_frame
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,6 +108,29 @@ def test_make_tables_groups_by_pair_task_method(study: Path, capsys) -> None:
     assert make_tables.main(["s", "--root", str(study)]) == 0
     assert (study / "s" / "tables" / "speed.csv").is_file()
     assert "speed-up vs AR" in capsys.readouterr().out
+
+
+def test_the_paper_and_a_study_table_give_one_figure(study: Path) -> None:
+    """One table path: the paper's cells (mtad.paper.render.aggregate, a plan's rows keyed by
+    their label) and a study's table (mtad.runs.tables.study_tables) are the same figures of
+    the same runs: mean, interval and seeds."""
+    from mtad.paper.render import aggregate
+
+    runs = load_study(study, "s")
+    speed = study_tables(runs)["speed"]
+    planned = add_comparisons(runs).assign(state="done", cell="")
+    planned["method"] = planned["label"]  # the paper's rows: "method" holds the label
+    display, numeric = aggregate(planned, ["ms_per_token", "speedup_vs_ar"])
+    assert len(numeric) == 2 * len(speed) - 1  # no AR on pair "other": no speed-up there
+    for rec in numeric.to_dict("records"):
+        row = speed.loc[(rec["pair"], rec["task"], rec["method"])]
+        header = STUDY_TABLES["speed"][rec["metric"]]
+        assert row[header] == pytest.approx(rec["mean"])
+        if rec["metric"] == "speedup_vs_ar":
+            for part, bound in (("lo", "lo"), ("hi", "hi"), ("n_prompts", "prompts")):
+                assert row[f"{header} [95%: {bound}]"] == pytest.approx(rec[part], nan_ok=True)
+    assert list(display["seeds"]) == [speed.loc[tuple(k), "seeds"] for k in
+                                      display[["pair", "task", "method"]].to_numpy()]  # fmt: skip
 
 
 def test_collect_cli(study: Path, tmp_path: Path, capsys) -> None:

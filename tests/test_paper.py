@@ -19,6 +19,7 @@ import yaml
 
 from mtad.paper.expansion import expand, merge_overrides
 from mtad.paper.recipes import RecipeError, load_profile, load_recipe, load_recipes, recipe_names
+from mtad.runs.labels import run_labels
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE_BUDGET_S = 180.0  # the issue's bar for `reproduce.py all --profile smoke` on 2 cores
@@ -74,6 +75,35 @@ def test_user_overrides_win_over_the_profile_but_not_over_the_recipe() -> None:
 def test_merge_overrides_keeps_one_value_per_key() -> None:
     merged = merge_overrides(["+experiment=a", "task.limit=1"], ["experiment=b", "task.limit=3"])
     assert merged == ("experiment=b", "task.limit=3")
+
+
+def test_a_planned_run_and_its_run_folder_get_one_label(tmp_path: Path) -> None:
+    """The paper labels a grid point as the tables label the run folder it makes (one rule,
+    mtad.runs.labels): a whole float is written as a whole number (the frame holds a parameter
+    only some methods have as a float), while the override keeps the recipe's type."""
+    recipe = {
+        "title": "t",
+        "runs": [{"method": ["mtad"], "task": ["prompts"], "method.tau": [1.0, 0.5],
+                  "method.gamma": [2], "method.replacement": [True]}],
+    }  # fmt: skip
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
+    planned = [r for r in expand(load_recipe("r", tmp_path), load_profile("smoke")) if r.seed == 0]
+    assert [r.label for r in planned] == [
+        "mtad(tau=1,gamma=2,replacement=true)",
+        "mtad(tau=0.5,gamma=2,replacement=true)",
+    ]
+    assert "method.tau=1.0" in planned[0].overrides and "method.gamma=2" in planned[0].overrides
+    # the same runs read back from disk: params as metrics.json holds them, beside an ar run
+    # without any (so every params column is a float column, NaN for ar)
+    frame = pd.DataFrame(
+        [{"method": "ar"}] + [{"method": "mtad", **{f"params.{k}": v for k, v in r.params.items()}}
+                              for r in planned]
+    )  # fmt: skip
+    frame["params.replacement"] = [math.nan, True, True]
+    assert run_labels(frame) == ["ar", "mtad(tau=1)", "mtad(tau=0.5)"]
+    assert run_labels(frame.assign(**{"params.gamma": [math.nan, 2.0, 3.0]}))[1] == (
+        "mtad(tau=1,gamma=2)"
+    )
 
 
 def test_cached_composition_equals_hydra_composition() -> None:

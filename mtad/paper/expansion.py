@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtad.paper.recipes import Profile, Recipe, RecipeError, Unavailable
+from mtad.runs.labels import override_text, run_label
 
 # Keys a recipe grid sets per run; a user override of one of them would silently change what
 # the recipe compares, so it is refused.
@@ -58,21 +59,6 @@ def merge_overrides(*layers: Sequence[str]) -> tuple[str, ...]:
     return tuple(merged.values())
 
 
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_value(x) for x in v) + "]"
-    return str(v)
-
-
-def _label(method: str, params: dict[str, Any]) -> str:
-    if not params:
-        return method
-    inner = ",".join(f"{k}={_value(v)}" for k, v in params.items())
-    return f"{method}({inner})"
-
-
 def expand(
     recipe: Recipe,
     profile: Profile,
@@ -103,37 +89,46 @@ def expand(
             for seed in seeds:
                 for values in itertools.product(*(grid[k] for k in keys)):
                     point = dict(zip(keys, values, strict=True))
-                    method, task = str(point.pop("method")), str(point.pop("task"))
-                    params = {
-                        k.removeprefix("method."): v
-                        for k, v in point.items()
-                        if k.startswith("method.")
-                    }
-                    own = [f"method={method}", f"task={task}"]
-                    own += [f"{k}={_value(v)}" for k, v in point.items()]
-                    overrides = merge_overrides(
-                        profile.pairs[pair],
-                        [f"results.study={profile.study}"],
-                        profile.overrides,
-                        profile.task_overrides.get(task, ()),
-                        user_overrides,
-                        own,
-                        [f"runtime.seed={seed}"],
-                    )
-                    runs.append(
-                        PlannedRun(
-                            recipe=recipe.name,
-                            pair=pair,
-                            method=method,
-                            task=task,
-                            label=_label(method, params),
-                            seed=int(seed),
-                            overrides=overrides,
-                            params=params,
-                            unavailable=profile.unavailable.get(task),
-                        )
-                    )
+                    runs.append(_planned(recipe, profile, pair, point, user_overrides, int(seed)))
     return runs
+
+
+def _planned(
+    recipe: Recipe,
+    profile: Profile,
+    pair: str,
+    point: dict[str, Any],
+    user_overrides: Sequence[str],
+    seed: int,
+) -> PlannedRun:
+    """The run of one grid point (``method``, ``task`` and the other keys it sets) on ``pair``
+    with ``seed``: its overrides layered as the module docstring says, its label the one rule
+    (:func:`mtad.runs.labels.run_label`) over the method params the point sets."""
+    point = dict(point)
+    method, task = str(point.pop("method")), str(point.pop("task"))
+    params = {k.removeprefix("method."): v for k, v in point.items() if k.startswith("method.")}
+    own = [f"method={method}", f"task={task}"]
+    own += [f"{k}={override_text(v)}" for k, v in point.items()]
+    overrides = merge_overrides(
+        profile.pairs[pair],
+        [f"results.study={profile.study}"],
+        profile.overrides,
+        profile.task_overrides.get(task, ()),
+        user_overrides,
+        own,
+        [f"runtime.seed={seed}"],
+    )
+    return PlannedRun(
+        recipe=recipe.name,
+        pair=pair,
+        method=method,
+        task=task,
+        label=run_label(method, params),
+        seed=seed,
+        overrides=overrides,
+        params=params,
+        unavailable=profile.unavailable.get(task),
+    )
 
 
 def expand_all(

@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.ticker import PercentFormatter
 
-from mtad.runs.comparison import CHANGE_COLUMNS, seed_means
+from mtad.runs.comparison import CHANGE_COLUMNS
+from mtad.runs.tables import group_figures
 
 matplotlib.use("Agg")  # figures are files; no display
 
@@ -42,15 +43,18 @@ LABELS: dict[str, str] = {
 
 
 def _series(runs: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Mean and std over seeds per (pair, task, method) for one metric (done runs only); a
-    ratio's mean on the log scale (:func:`mtad.runs.comparison.seed_means`)."""
-    done = runs[runs["state"] == "done"].copy()
+    """Mean and std over seeds per (pair, task, method) for one metric (done runs only), as
+    the tables have them (:func:`mtad.runs.tables.group_figures`: a ratio's mean on the log
+    scale)."""
+    done = runs[runs["state"] == "done"]
     if done.empty or column not in done.columns:
         return pd.DataFrame(columns=[*ROW_KEYS, "mean", "std"])
-    done[column] = pd.to_numeric(done[column], errors="coerce")
-    grouped = done.groupby(ROW_KEYS, sort=False)[column]
-    mean = seed_means(done.groupby(ROW_KEYS, sort=False), [column])[column]
-    return pd.DataFrame({"mean": mean, "std": grouped.std(ddof=1)}).reset_index()
+    figures = group_figures(done, [column], ROW_KEYS, sort=False, intervals=False)
+    rows = [
+        {**dict(zip(ROW_KEYS, key, strict=True)), "mean": f[column].mean, "std": f[column].std}
+        for key, _, f in figures
+    ]
+    return pd.DataFrame(rows, columns=[*ROW_KEYS, "mean", "std"])
 
 
 def draw_figure(

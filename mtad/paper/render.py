@@ -14,7 +14,6 @@ not apply is ``—``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,12 +41,15 @@ from mtad.runs.comparison import (
     COMPARISON_COLUMNS,
     COMPARISONS,
     add_comparisons,
-    score_interval,
-    seed_means,
 )
-from mtad.runs.intervals import (
-    UNRESOLVED,
-    seed_mean,
+from mtad.runs.intervals import UNRESOLVED
+from mtad.runs.tables import (
+    Figure,
+    distinct_text,
+    done_runs,
+    done_values,
+    figures_frame,
+    group_figures,
 )
 
 ENERGY_COLUMNS = (
@@ -119,85 +121,51 @@ def _planned_row(status: RunStatus, cache: dict[str, dict[str, Any]]) -> dict[st
 # aggregation
 
 
-def _values(group: pd.DataFrame, column: str) -> list[float]:
-    if column not in group.columns:
-        return []
-    done = group[group["state"] == "done"]
-    vals = pd.to_numeric(done[column], errors="coerce").dropna()
-    return [float(v) for v in vals if math.isfinite(float(v))]
-
-
-def _text_values(group: pd.DataFrame, column: str) -> list[str]:
-    if column not in group.columns:
-        return []
-    done = group[group["state"] == "done"]
-    return sorted({str(v) for v in done[column].dropna() if str(v) not in ("", "nan")})
-
-
 def aggregate(
     runs: pd.DataFrame, columns: Sequence[str], baselines: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(display, numeric)``: one display row per (pair, task, method) in plan order, and the
-    long numeric frame (``pair, task, method, metric, mean, std, n, lo, hi, n_prompts``: the
-    interval of a ratio or change column, :func:`group_interval`; NaN elsewhere). Baselines
-    for the intervals come from ``baselines`` (default ``runs``)."""
-    baselines = runs if baselines is None else baselines
-    display_rows, numeric_rows = [], []
-    for key, group in runs.groupby(ROW_KEYS, sort=False, dropna=False):
-        row: dict[str, Any] = dict(zip(ROW_KEYS, key, strict=True))
-        done = group[group["state"] == "done"]
+    long numeric frame (``pair, task, method, metric, mean, std, n, lo, hi, n_prompts``:
+    :func:`mtad.runs.tables.figures_frame`), both of the tables' figures
+    (:func:`mtad.runs.tables.group_figures`: the interval of a ratio or change column, NaN
+    elsewhere). Baselines for the intervals come from ``baselines`` (default ``runs``)."""
+    display_rows, figure_rows = [], []
+    for key, group, figures in group_figures(runs, columns, ROW_KEYS, baselines, sort=False):
+        done = done_runs(group)
         seeds = int(done["seed"].nunique()) if not done.empty else 0
         reason = "" if seeds else str(group.loc[group["state"] != "done", "cell"].iloc[0])
+        row: dict[str, Any] = dict(zip(ROW_KEYS, key, strict=True))
         for column in columns:
-            vals = _values(group, column)
-            if vals:
-                mean = (
-                    seed_mean(vals, BY_COLUMN[column].kind)
-                    if column in BY_COLUMN
-                    else sum(vals) / len(vals)
-                )
-                std = pd.Series(vals).std(ddof=1) if len(vals) > 1 else math.nan
-                interval = None
-                if column in BY_COLUMN:
-                    interval = group_interval(group, column, baselines)
-                    row[column] = _interval_text(interval, column, mean)
-                elif column == "score" and (interval := score_interval(done)) is not None:
-                    # a per-prompt score (pass rate, accuracy): its interval over prompts
-                    row[column] = _interval_text(interval, column, mean)
-                else:
-                    text = _fmt(mean, column)
-                    if len(vals) > 1:
-                        text += f" ± {_fmt(std, column).lstrip('+')}"
-                    row[column] = f"{text} (n={len(vals)})"
-                numeric_rows.append(
-                    {
-                        **dict(zip(ROW_KEYS, key, strict=True)),
-                        "metric": column,
-                        "mean": mean,
-                        "std": std,
-                        "n": len(vals),
-                        "lo": interval.lo if interval else math.nan,
-                        "hi": interval.hi if interval else math.nan,
-                        "n_prompts": interval.n_prompts if interval else math.nan,
-                    }
-                )
+            if figures[column].values:
+                row[column] = _figure_cell(figures[column], column)
             elif not seeds:  # the reason once, in the first column; a short label after it
                 row[column] = reason if column == columns[0] else reason.split(":", 1)[0]
-            elif column == "score" and _text_values(group, "pending"):
-                row[column] = _text_values(group, "pending")[0]
-            elif column in ENERGY_COLUMNS and _text_values(group, "energy.tracker") == ["none"]:
-                row[column] = "not measured (energy=none)"
             else:
-                texts = _text_values(group, column)
-                row[column] = ",".join(texts) if texts else NOT_APPLICABLE
+                row[column] = _status_cell(group, column)
         row["seeds"] = seeds
         display_rows.append(row)
-    display = pd.DataFrame(display_rows)
-    numeric = pd.DataFrame(numeric_rows, columns=[*ROW_KEYS, *NUMERIC_COLUMNS])
-    return display, numeric
+        figure_rows.append((key, figures))
+    return pd.DataFrame(display_rows), figures_frame(figure_rows, ROW_KEYS)
 
 
-NUMERIC_COLUMNS = ("metric", "mean", "std", "n", "lo", "hi", "n_prompts")
+def _figure_cell(figure: Figure, column: str) -> str:
+    """``mean [lo, hi] (prompts x seeds)`` with an interval, else ``mean ± std (n=runs)``."""
+    if figure.interval is not None:
+        return _interval_text(figure.interval, column, figure.mean)
+    text = _fmt(figure.mean, column)
+    if len(figure.values) > 1:
+        text += f" ± {_fmt(figure.std, column).lstrip('+')}"
+    return f"{text} (n={len(figure.values)})"
+
+
+def _status_cell(group: pd.DataFrame, column: str) -> str:
+    """A cell of done runs without a value: why, or the runs' text (an energy mode)."""
+    if column == "score" and distinct_text(group, "pending"):
+        return distinct_text(group, "pending")[0]
+    if column in ENERGY_COLUMNS and distinct_text(group, "energy.tracker") == ["none"]:
+        return "not measured (energy=none)"
+    texts = distinct_text(group, column)
+    return ",".join(texts) if texts else NOT_APPLICABLE
 
 
 def recipe_table(
@@ -239,7 +207,7 @@ def claims_table(
         rows = []
         sub = runs[runs["method"] == claim.method] if not runs.empty else runs
         for (pair, task), group in sub.groupby(["pair", "task"], sort=False):
-            if not _values(group, metric):
+            if not done_values(group, metric):
                 continue
             interval, decided = decide(claim, group, baselines)  # the one rule (mtad.runs)
             rows.append(
@@ -279,7 +247,7 @@ def _why_no_estimate(method_runs: pd.DataFrame, metric: str, baselines: pd.DataF
             & (baselines["pair"] == pair)
             & (baselines["task"] == task)
         ]
-        values = _values(base, comparison.metric)
+        values = done_values(base, comparison.metric)
         if values and all(v == 0 for v in values):
             zero.append(f"{pair}/{task} ({len(values)} runs)")
     if not zero:
@@ -430,6 +398,7 @@ def frontier_points(
 
 
 def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The comparison columns of every done run rendered, averaged over seeds per row."""
     columns = list(COMPARISON_COLUMNS)
     if not frames:
         return pd.DataFrame(columns=[*ROW_KEYS, *columns])
@@ -438,10 +407,12 @@ def _ratios(frames: list[pd.DataFrame]) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=[*ROW_KEYS, *columns])
     present = [c for c in columns if c in runs.columns]
-    numeric = runs[ROW_KEYS + present].copy()
-    for c in present:
-        numeric[c] = pd.to_numeric(numeric[c], errors="coerce")
-    return seed_means(numeric.groupby(ROW_KEYS, sort=False), present).reset_index()
+    figures = group_figures(runs, present, ROW_KEYS, sort=False, intervals=False)
+    rows = [
+        {**dict(zip(ROW_KEYS, key, strict=True)), **{c: f.mean for c, f in by_column.items()}}
+        for key, _, by_column in figures
+    ]
+    return pd.DataFrame(rows, columns=[*ROW_KEYS, *present])
 
 
 __all__ = [

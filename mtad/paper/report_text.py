@@ -113,6 +113,27 @@ def find_run_dirs(
     return found, missing
 
 
+def _run_notes(
+    rendered: Rendered, missing: Sequence[str], wandb_dir: str | os.PathLike[str]
+) -> list[str]:
+    """PUBLISH.md's lines on harness runs it cannot upload: unlogged, or without a folder."""
+    lines = []
+    if rendered.unlogged_runs:
+        lines.append(
+            f"{rendered.unlogged_runs} harness runs behind the tables logged nothing to W&B "
+            "(`logger=none`): there is nothing of theirs to upload and the report's run panels "
+            "cannot show them; the analysis run holds every table and figure."
+        )
+    if missing:
+        lines.append(
+            f"No local folder under `{wandb_dir}/wandb` for {len(missing)} run ids "
+            f"(already synced, logged from another folder, or `logger=none`): "
+            + ", ".join(f"`{m}`" for m in missing[:20])
+            + (" ..." if len(missing) > 20 else "")
+        )
+    return lines
+
+
 def publish_instructions(
     rendered: Rendered,
     *,
@@ -158,19 +179,7 @@ def publish_instructions(
         f"folder `{_relative_to(analysis_dir, wandb_dir) if analysis_dir else 'not logged'}`.",
         f"Harness runs: {len(rendered.run_ids)} ids, {len(run_dirs)} local folders found.",
     ]
-    if rendered.unlogged_runs:
-        lines.append(
-            f"{rendered.unlogged_runs} harness runs behind the tables logged nothing to W&B "
-            "(`logger=none`): there is nothing of theirs to upload and the report's run panels "
-            "cannot show them; the analysis run holds every table and figure."
-        )
-    if missing:
-        lines.append(
-            f"No local folder under `{wandb_dir}/wandb` for {len(missing)} run ids "
-            f"(already synced, logged from another folder, or `logger=none`): "
-            + ", ".join(f"`{m}`" for m in missing[:20])
-            + (" ..." if len(missing) > 20 else "")
-        )
+    lines += _run_notes(rendered, missing, wandb_dir)
     lines += [
         "",
         f"The report definition in `{DEFINITION_FILE}` is what step 2 saves "

@@ -1,8 +1,9 @@
 """The one rule that compares runs, and the intervals of the comparisons.
 
-Every table of the project goes through here: the quick per-study tables
-(``analysis/make_tables.py``), the summary printed after a sweep (:mod:`mtad.harness.summary`),
-the paper's tables, figures and claims (:mod:`mtad.paper.render`) and the W&B analysis run.
+Every table of the project goes through here, by way of :mod:`mtad.runs.tables`: the quick
+per-study tables (``analysis/make_tables.py``), the summary printed after a sweep
+(:mod:`mtad.harness.summary`), the paper's tables, figures and claims
+(:mod:`mtad.paper.render`) and the W&B analysis run.
 
 **The rule.** A run is compared with a baseline run (:data:`COMPARISONS`: ``ar`` for speed-up
 and quality changes, ``sps`` for speed and energy) when both have the same comparison key
@@ -14,9 +15,10 @@ labelled with the bare baseline method name: in a paper plan, the baseline plann
 defaults; in a study read from disk, the baseline method when its parameters do not vary in the
 study (``sps`` swept over gamma has no run called ``sps``, so nothing is compared with an
 arbitrary one of them). Several baseline runs under one key are averaged. A ratio is taken per
-run (so per seed) and averaged over seeds by the tables (:func:`seed_means`: a factor on the log
-scale, :func:`mtad.runs.intervals.seed_mean`). This is the spec's "same pair, task,
-hardware and seed set, measured in the same sweep".
+run (so per seed) and averaged over seeds by the tables
+(:func:`mtad.runs.tables.group_figures`: a factor on the log scale,
+:func:`mtad.runs.intervals.seed_mean`). This is the spec's "same pair, task, hardware and seed
+set, measured in the same sweep".
 
 **Pairing.** :func:`paired_runs` yields, for one comparison, each run with its baseline run
 (same key, hence same seed); :func:`paired_samples` joins two paired runs' per-prompt records
@@ -34,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pandas.api.typing import DataFrameGroupBy
 
 from mtad.runs.folder import per_prompt
 from mtad.runs.identity import identity_of
@@ -48,7 +49,6 @@ from mtad.runs.intervals import (
     paired_bootstrap,
     perplexity,
     seed_interval,
-    seed_mean,
 )
 
 
@@ -316,19 +316,6 @@ def score_interval(runs: pd.DataFrame) -> Interval | None:
     return mean_bootstrap(np.array([[value(p[pid]) for pid in common] for p in per_run]))
 
 
-def seed_means(grouped: DataFrameGroupBy, columns: Iterable[str]) -> pd.DataFrame:
-    """The mean over each group's rows (its seeds) of ``columns``: a comparison column by its
-    kind (:func:`mtad.runs.intervals.seed_mean`: a factor's geometric mean), any other column
-    arithmetic (NaN left out)."""
-    columns = list(columns)
-    out = grouped[columns].mean()
-    for column in columns:
-        if column in BY_COLUMN:
-            kind = BY_COLUMN[column].kind
-            out[column] = grouped[column].agg(lambda s, kind=kind: seed_mean(s, kind))
-    return out
-
-
 __all__ = [
     "BY_COLUMN",
     "STORED_PROMPTS",
@@ -345,5 +332,4 @@ __all__ = [
     "paired_samples",
     "run_prompts",
     "score_interval",
-    "seed_means",
 ]

@@ -1,6 +1,9 @@
 """The run label, one rule for every table: the method and the parameters that tell its runs
 apart, written as they would be typed on the command line: ``mtad(gamma=2,tau=0.3)``,
-``mtad(replacement=true)``, ``specinfer(branching=[4,2,2])``."""
+``mtad(replacement=true)``, ``specinfer(branching=[4,2,2])``. The paper's planned runs
+(:mod:`mtad.paper.expansion`, from a recipe's grid) and the runs read from disk
+(:func:`run_labels`, from ``metrics.json``'s ``params``) are labelled by :func:`run_label`, so
+a table's row is one label whichever way its runs came."""
 
 from __future__ import annotations
 
@@ -10,16 +13,27 @@ from typing import Any
 import pandas as pd
 
 
-def param_text(value: Any) -> str:
-    """One parameter value as an override writes it. A float that is a whole number is written
-    as one: a parameter that only some methods of a frame have is a float column in pandas."""
+def _text(value: Any, whole_floats: bool) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(param_text(v) for v in value) + "]"
-    if isinstance(value, float) and value.is_integer():
+        return "[" + ",".join(_text(v, whole_floats) for v in value) + "]"
+    if whole_floats and isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+def param_text(value: Any) -> str:
+    """One parameter value as a label writes it (an override's text, :func:`override_text`),
+    but a float that is a whole number written as one: a parameter that only some methods of a
+    frame have is a float column in pandas, so ``2`` and ``2.0`` must give one label."""
+    return _text(value, whole_floats=True)
+
+
+def override_text(value: Any) -> str:
+    """One value as a Hydra override writes it: ``true``, ``[4,2,2]``, ``0.3``; a float keeps
+    its point (``1.0``), so the composed config holds the type the recipe wrote."""
+    return _text(value, whole_floats=False)
 
 
 def run_label(method: str, params: Mapping[str, Any]) -> str:
@@ -45,4 +59,4 @@ def run_labels(runs: pd.DataFrame) -> list[str]:
     return labels
 
 
-__all__ = ["param_text", "run_label", "run_labels"]
+__all__ = ["override_text", "param_text", "run_label", "run_labels"]

@@ -1,19 +1,23 @@
-"""The quick tables of a study (``analysis/make_tables.py``), the sweep summary and the table of
-a comparison sweep (``python run.py +experiment=compare``), each a pandas group-by over runs
-(:func:`mtad.runs.frame.load_study`, :func:`mtad.runs.frame.load_runs`) with the comparison
-columns of :mod:`mtad.runs.comparison`.
+"""Every table of runs: the paper's (:mod:`mtad.paper.render`), the quick tables of a study
+(``analysis/make_tables.py``), the sweep summary and the table of a comparison sweep
+(``python run.py +experiment=compare``), each a pandas group-by over runs
+(:func:`mtad.runs.frame.load_study`, :func:`mtad.runs.frame.load_runs`, a paper plan's runs)
+with the comparison columns of :mod:`mtad.runs.comparison`.
 
-Rows are (pair, task, method label), values averaged over seeds (a ratio on the log scale:
-:func:`mtad.runs.comparison.seed_means`). A study that holds runs of
-more than one machine (re-run on another CPU) gets one row per machine as well: its runs are
-compared within their machine, and averaging them across machines would mix timings.
+Rows are (pair, task, method label); a column of a row is its :class:`Figure`
+(:func:`group_figures`): the mean over seeds (a ratio on the log scale:
+:func:`mtad.runs.intervals.seed_mean`), its spread and, for a comparison, its paired 95%
+interval. A study that holds runs of more than one machine (re-run on another CPU) gets one row
+per machine as well: its runs are compared within their machine, and averaging them across
+machines would mix timings.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -29,10 +33,9 @@ from mtad.runs.comparison import (
     COMPARISON_COLUMNS,
     COMPARISONS,
     add_comparisons,
-    comparison_interval,
-    paired_runs,
-    seed_means,
+    score_interval,
 )
+from mtad.runs.intervals import Interval, seed_mean
 
 TABLE_ROWS = ["pair", "task", "label"]
 STUDY_TABLES: dict[str, dict[str, str]] = {
@@ -97,48 +100,146 @@ def row_keys(runs: pd.DataFrame) -> list[str]:
     return [*TABLE_ROWS, "hardware"] if several else list(TABLE_ROWS)
 
 
+# The long frame of figures (:func:`figures_frame`): after the row keys, one row per column.
+FIGURE_COLUMNS = ("metric", "mean", "std", "n", "lo", "hi", "n_prompts")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One column over one group of runs (a label on a pair and task, its seeds), as every
+    table gives it. ``values``: the finite values of the group's done runs; ``mean`` over them
+    (a comparison's by its kind, :func:`mtad.runs.intervals.seed_mean`: a factor's geometric);
+    ``std`` (NaN below two values); ``interval``: a comparison's, its runs paired with their
+    baseline runs (:func:`mtad.runs.claims.method_interval`), a per-prompt score's over prompts
+    (:func:`mtad.runs.comparison.score_interval`), else None."""
+
+    values: tuple[float, ...]
+    mean: float
+    std: float
+    interval: Interval | None
+
+
+def done_runs(group: pd.DataFrame) -> pd.DataFrame:
+    """The complete runs of ``group``: a paper plan's rows carry a ``state``, rows read from
+    result folders are all complete."""
+    return group[group["state"] == "done"] if "state" in group.columns else group
+
+
+def done_values(group: pd.DataFrame, column: str) -> tuple[float, ...]:
+    """The finite values of ``column`` in the done runs of ``group``."""
+    if column not in group.columns:
+        return ()
+    numbers = pd.to_numeric(done_runs(group)[column], errors="coerce").dropna()
+    return tuple(float(v) for v in numbers if math.isfinite(float(v)))
+
+
+def distinct_text(group: pd.DataFrame, column: str) -> list[str]:
+    """The distinct values of ``column`` in the done runs of ``group``, as sorted text."""
+    if column not in group.columns:
+        return []
+    return sorted({str(v) for v in done_runs(group)[column].dropna() if str(v) not in ("", "nan")})
+
+
+def column_figure(
+    group: pd.DataFrame, column: str, baselines: pd.DataFrame, intervals: bool = True
+) -> Figure:
+    """The :class:`Figure` of ``column`` over ``group``; ``intervals=False`` leaves the
+    interval out (a figure that draws only the mean)."""
+    done = done_runs(group)
+    values = done_values(group, column)
+    if not values:
+        mean = math.nan
+    elif column in BY_COLUMN:
+        mean = seed_mean(values, BY_COLUMN[column].kind)
+    else:
+        mean = sum(values) / len(values)
+    std = pd.Series(values).std(ddof=1) if len(values) > 1 else math.nan
+    interval = None
+    if intervals and column in BY_COLUMN:
+        interval = method_interval(group, column, baselines)
+    elif intervals and column == "score" and values:
+        interval = score_interval(done)
+    return Figure(values, mean, std, interval)
+
+
+def group_figures(
+    runs: pd.DataFrame,
+    columns: Sequence[str],
+    keys: Sequence[str] = TABLE_ROWS,
+    baselines: pd.DataFrame | None = None,
+    *,
+    sort: bool = True,
+    intervals: bool = True,
+) -> Iterator[tuple[tuple[Any, ...], pd.DataFrame, dict[str, Figure]]]:
+    """``(key, group, {column: Figure})`` for each group of ``runs`` by ``keys`` (sorted, or in
+    the order of ``runs`` with ``sort=False``), comparisons paired with the baseline runs of
+    ``baselines`` (default ``runs``)."""
+    baselines = runs if baselines is None else baselines
+    for key, group in runs.groupby(list(keys), sort=sort, dropna=False):
+        figures = {c: column_figure(group, c, baselines, intervals) for c in columns}
+        yield (key if isinstance(key, tuple) else (key,)), group, figures
+
+
+def figures_frame(
+    rows: Iterable[tuple[tuple[Any, ...], dict[str, Figure]]], keys: Sequence[str]
+) -> pd.DataFrame:
+    """The long frame of ``(key, figures)`` rows: ``*keys, *FIGURE_COLUMNS``, one row per
+    figure with a value, in the order given (the interval's bounds NaN where it has none)."""
+    out = []
+    for key, figures in rows:
+        for column, figure in figures.items():
+            if not figure.values:
+                continue
+            interval = figure.interval
+            out.append(
+                {
+                    **dict(zip(keys, key, strict=True)),
+                    "metric": column,
+                    "mean": figure.mean,
+                    "std": figure.std,
+                    "n": len(figure.values),
+                    "lo": interval.lo if interval else math.nan,
+                    "hi": interval.hi if interval else math.nan,
+                    "n_prompts": interval.n_prompts if interval else math.nan,
+                }
+            )
+    return pd.DataFrame(out, columns=[*keys, *FIGURE_COLUMNS])
+
+
 def study_tables(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """``{name: table}`` of :data:`STUDY_TABLES`: one row per :func:`row_keys` group, values
-    averaged over seeds (``seeds`` counts them); each comparison column is followed by its 95%
-    interval (``... [95%: lo]``, ``[95%: hi]``, ``[95%: prompts]``: :func:`comparison_interval`
-    of the group's runs)."""
+    averaged over seeds (``seeds`` counts them; :func:`group_figures`); each comparison column
+    is followed by its 95% interval (``... [95%: lo]``, ``[95%: hi]``, ``[95%: prompts]``)."""
     if runs.empty:
         return {}
     runs = add_comparisons(_numeric_scores(runs))
     keys = row_keys(runs)
     tables = {}
-    for name, columns in STUDY_TABLES.items():
-        columns = dict(columns)  # gains the interval headers
-        present = [c for c in columns if c in runs.columns and runs[c].notna().any()]
+    for name, headers in STUDY_TABLES.items():
+        present = [c for c in headers if c in runs.columns and runs[c].notna().any()]
         numeric = [c for c in present if pd.api.types.is_numeric_dtype(runs[c])]
-        text = [c for c in present if c not in numeric]
-        grouped = runs.groupby(keys, dropna=False)
-        table = seed_means(grouped, numeric)
-        for c in text:
-            table[c] = grouped[c].agg(lambda s: ",".join(sorted(set(map(str, s.dropna())))))
-        table["seeds"] = grouped["seed"].nunique()
-        order = [*present, "seeds"]
-        for c in [c for c in present if c in COMPARISON_COLUMNS]:
-            order[order.index(c) + 1 : order.index(c) + 1] = _add_bounds(table, runs, c, columns)
-        tables[name] = table[order].rename(columns=columns)
+        rows, names = [], dict(headers)  # names gains the interval headers
+        for key, group, figures in group_figures(runs, numeric, keys):
+            row: dict[str, Any] = dict(zip(keys, key, strict=True))
+            for c in present:
+                row[c] = figures[c].mean if c in figures else ",".join(distinct_text(group, c))
+                if c in COMPARISON_COLUMNS:
+                    row.update(_bounds(figures[c], c, names))
+            row["seeds"] = group["seed"].nunique()
+            rows.append(row)
+        tables[name] = pd.DataFrame(rows).set_index(keys).rename(columns=names)
     return tables
 
 
-def _add_bounds(
-    table: pd.DataFrame, runs: pd.DataFrame, column: str, headers: dict[str, str]
-) -> list[str]:
-    """Columns ``<column>_lo``, ``_hi``, ``_prompts`` of ``table`` (one row per group of
-    :func:`row_keys`): :func:`comparison_interval` of the group's runs; their names."""
-    comparison = BY_COLUMN[column]
-    names = [f"{column}_{part}" for part in ("lo", "hi", "prompts")]
-    bounds = {
-        key: comparison_interval(paired_runs(group, comparison, runs))
-        for key, group in runs.groupby(row_keys(runs), dropna=False)
-    }
-    for name, part in zip(names, ("lo", "hi", "n_prompts"), strict=True):
-        table[name] = [getattr(bounds.get(key), part, math.nan) for key in table.index]
+def _bounds(figure: Figure, column: str, headers: dict[str, str]) -> dict[str, Any]:
+    """``<column>_lo``, ``_hi``, ``_prompts`` of a comparison's figure; their headers are added
+    to ``headers``."""
+    out = {}
+    for part in ("lo", "hi", "n_prompts"):
+        name = f"{column}_{part.removeprefix('n_')}"
+        out[name] = getattr(figure.interval, part, math.nan)
         headers[name] = f"{headers[column]} [95%: {part.removeprefix('n_')}]"
-    return names
+    return out
 
 
 def summary_frame(runs: pd.DataFrame) -> pd.DataFrame:
@@ -186,18 +287,15 @@ def _label_order(labels: Sequence[str]) -> list[str]:
     return first + sorted(set(labels) - set(first))
 
 
-def _mean(group: pd.DataFrame, column: str) -> float:
-    if column not in group.columns:
-        return math.nan
-    values = pd.to_numeric(group[column], errors="coerce").dropna()
-    return float(values.mean()) if not values.empty else math.nan
-
-
-def _comparison_cell(group: pd.DataFrame, runs: pd.DataFrame, column: str) -> str:
-    label = str(group["label"].iloc[0])
-    if label == BY_COLUMN[column].baseline:
+def _compare_cell(group: pd.DataFrame, runs: pd.DataFrame, column: str) -> float | str:
+    """A comparison table's cell: the baseline's own comparison says so; a comparison shows its
+    estimate and interval (:class:`Figure`), another column its mean."""
+    if column in BY_COLUMN and str(group["label"].iloc[0]) == BY_COLUMN[column].baseline:
         return BASELINE_CELL
-    interval = method_interval(group, column, runs)
+    figure = column_figure(group, column, runs)
+    if figure.interval is None:
+        return figure.mean
+    interval = figure.interval
     if interval.n_seeds == 0 or not math.isfinite(interval.mean):
         return NOT_APPLICABLE  # no baseline run under the same key, or no value
     return interval_text(interval, column, interval.mean)
@@ -229,11 +327,7 @@ def compare_summary(runs: pd.DataFrame, claims: Sequence[Claim]) -> CompareSumma
             group = where[where["label"] == label]
             row: dict[str, object] = {**head, "method": label}
             for column in COMPARE_COLUMNS:
-                row[column] = (
-                    _comparison_cell(group, runs, column)
-                    if column in BY_COLUMN
-                    else _mean(group, column)
-                )
+                row[column] = _compare_cell(group, runs, column)
             rows.append(row)
     table = pd.DataFrame(rows)
     if runs[["pair", "task"]].drop_duplicates().shape[0] == 1:
@@ -285,11 +379,19 @@ def _verdicts(runs: pd.DataFrame, claims: Sequence[Claim]) -> list[str]:
 
 __all__ = [
     "COMPARE_COLUMNS",
+    "FIGURE_COLUMNS",
     "CompareSummary",
+    "Figure",
     "STUDY_TABLES",
     "SUMMARY_COLUMNS",
     "TABLE_ROWS",
+    "column_figure",
     "compare_summary",
+    "distinct_text",
+    "done_runs",
+    "done_values",
+    "figures_frame",
+    "group_figures",
     "row_keys",
     "study_tables",
     "summary_frame",
