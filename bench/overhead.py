@@ -50,7 +50,7 @@ from scipy import stats as scipy_stats
 
 from bench import common
 from mtad.engine import Decoder, DecodeStats
-from mtad.engine.loop import DecodeContext
+from mtad.engine.loop import DecodeContext, Phase
 from mtad.methods import METHODS, build_method
 
 # Every method runs at its params dataclass's defaults (the authors' B=4, gamma=4, tau=0.5;
@@ -292,7 +292,7 @@ class DraftPhaseCPU:
         original, clock = self._original, self
 
         @contextlib.contextmanager
-        def timed(ctx, phase: str):
+        def timed(ctx, phase: Phase):
             start = time.process_time()
             try:
                 with original(ctx, phase):

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 import torch
 
@@ -28,6 +28,14 @@ from mtad.engine.runner import ModelRunner, check_same_vocab
 
 if TYPE_CHECKING:
     from mtad.engine.head_runner import HeadRunner
+
+
+# The phases a step's wall time is split into (SPEC: draft / verify / other, "other" being the
+# rest of the wall time), and the DecodeStats field each one is booked to. A closed type, checked
+# at the call: a misspelt phase raises instead of landing in another phase's time.
+Phase = Literal["draft", "verify"]
+PHASE_TIMES: dict[str, str] = {"draft": "time_draft", "verify": "time_verify"}
+assert set(PHASE_TIMES) == set(get_args(Phase))
 
 
 @dataclass
@@ -230,18 +238,19 @@ class DecodeContext:
         return self.buffer[: self.n]
 
     @contextmanager
-    def timed(self, phase: str) -> Iterator[None]:
-        """Attribute the enclosed wall time to ``phase`` (``"draft"`` or ``"verify"``)."""
+    def timed(self, phase: Phase) -> Iterator[None]:
+        """Attribute the enclosed wall time to ``phase`` (:data:`Phase`); any other name raises
+        ``ValueError`` before the block runs."""
+        booked = PHASE_TIMES.get(phase)
+        if booked is None:
+            raise ValueError(f"phase must be one of {tuple(PHASE_TIMES)}, got {phase!r}")
         start = time.perf_counter()
         try:
             yield
         finally:
             synchronize(self.gpus)
             elapsed = time.perf_counter() - start
-            if phase == "draft":
-                self.stats.time_draft += elapsed
-            else:
-                self.stats.time_verify += elapsed
+            setattr(self.stats, booked, getattr(self.stats, booked) + elapsed)
 
 
 class DecodingMethod(ABC):
