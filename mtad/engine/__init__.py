@@ -34,6 +34,7 @@ _SOURCES = {
     "DecodeStats": "loop",
     "Decoder": "loop",
     "DecodingMethod": "loop",
+    "DraftDepth": "loop",
     "GenerationOutput": "loop",
     "LoadedPair": "loading",
     "ModelRunner": "runner",
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         Decoder,
         DecodeStats,
         DecodingMethod,
+        DraftDepth,
         GenerationOutput,
         StepResult,
     )
@@ -83,6 +85,7 @@ __all__ = [
     "DecodeStats",
     "Decoder",
     "DecodingMethod",
+    "DraftDepth",
     "GenerationOutput",
     "LoadedPair",
     "ModelRunner",

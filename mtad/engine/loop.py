@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, get_args
 
 import torch
 
@@ -253,13 +253,35 @@ class DecodeContext:
             setattr(self.stats, booked, getattr(self.stats, booked) + elapsed)
 
 
+class DraftDepth(NamedTuple):
+    """How deep a method drafts per step, and the parameter (``method.<key>``) that sets it:
+    the preflight refuses a depth past the task's token budget (drafted tokens that can never
+    be kept, and minutes of work for a large one)."""
+
+    key: str
+    tokens: int
+
+
 class DecodingMethod(ABC):
-    """One decoding algorithm. Subclasses set ``name``/``uses_draft`` and implement ``step``."""
+    """One decoding algorithm. Subclasses set ``name``/``uses_draft``, say how deep they draft
+    (:meth:`draft_depth`) and implement ``step``."""
 
     name: ClassVar[str]
     uses_draft: ClassVar[bool] = False
-    # Upper bound on tokens one step can commit (sizes the id buffer).
-    max_step_tokens: int = 1
+    # Tokens a step commits after its drafted depth: the target's own token (the bonus or the
+    # resampled one). MTJD sets 0: its block is drawn from the target itself and kept whole.
+    tokens_after_draft: ClassVar[int] = 1
+
+    @abstractmethod
+    def draft_depth(self) -> DraftDepth | None:
+        """The depth one step drafts (None: nothing drafted, one target token per step)."""
+
+    @property
+    def max_step_tokens(self) -> int:
+        """Upper bound on tokens one step can commit (sizes the id buffer and the context
+        check): the drafted depth plus :attr:`tokens_after_draft`."""
+        depth = self.draft_depth()
+        return (0 if depth is None else depth.tokens) + self.tokens_after_draft
 
     @abstractmethod
     def step(self, ctx: DecodeContext) -> StepResult: ...

@@ -20,13 +20,14 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
     ModelRunner,
     StepResult,
     warp_candidates,
 )
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -81,7 +82,6 @@ class MMTAD(DecodingMethod):
 
     def __init__(self, params: MMTADParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)

@@ -17,10 +17,17 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import Candidates, DecodeContext, DecodingMethod, StepResult, warp_candidates
+from mtad.engine import (
+    Candidates,
+    DecodeContext,
+    DecodingMethod,
+    DraftDepth,
+    StepResult,
+    warp_candidates,
+)
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau, read_block
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -69,7 +76,6 @@ class MTAD(DecodingMethod):
 
     def __init__(self, params: MTADParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)

@@ -21,13 +21,14 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
     ModelRunner,
     StepResult,
     WarpConfig,
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_candidates
 
 
@@ -109,7 +110,6 @@ class TreeSpeculativeSampling(DecodingMethod):
     def __init__(self, params: SpecInferParams) -> None:
         self.params = params
         self.layout = TreeLayout.build(params.branching)
-        self.max_step_tokens = len(params.branching) + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("branching", len(self.params.branching))  # the tree's depth
