@@ -27,7 +27,7 @@ from mtad.engine.loading import model_devices
 from mtad.engine.runner import ModelRunner, check_same_vocab
 
 if TYPE_CHECKING:
-    from mtad.engine.head_runner import HeadRunner
+    from mtad.engine.draft_runner import DraftRunner
 
 
 # The phases a step's wall time is split into (SPEC: draft / verify / other, "other" being the
@@ -197,7 +197,7 @@ class GenerationOutput:
     stopped_by: str  # "eos" | "max_new_tokens" | "stop"
 
 
-def cuda_devices(*runners: ModelRunner | None) -> tuple[torch.device, ...]:
+def cuda_devices(*runners: DraftRunner | None) -> tuple[torch.device, ...]:
     """The GPUs holding the runners' weights (:func:`mtad.engine.loading.model_devices`)."""
     found = {d for r in runners if r is not None for d in model_devices(r.model)}
     return tuple(torch.device(d) for d in sorted(found) if d.startswith("cuda"))
@@ -215,7 +215,7 @@ class DecodeContext:
     def __init__(
         self,
         target: ModelRunner,
-        draft: ModelRunner | HeadRunner | None,
+        draft: DraftRunner | None,
         prompt: torch.Tensor,
         capacity: int,
         generator: torch.Generator,
@@ -286,7 +286,7 @@ class DecodingMethod(ABC):
     @abstractmethod
     def step(self, ctx: DecodeContext) -> StepResult: ...
 
-    def check_models(self, target: ModelRunner, draft: ModelRunner | HeadRunner | None) -> None:
+    def check_models(self, target: ModelRunner, draft: DraftRunner | None) -> None:
         if self.uses_draft:
             if draft is None:
                 raise ValueError(f"draft: method {self.name!r} needs a draft model")
@@ -304,7 +304,7 @@ class Decoder:
         self,
         method: DecodingMethod,
         target: ModelRunner,
-        draft: ModelRunner | HeadRunner | None = None,
+        draft: DraftRunner | None = None,
         eos_token_ids: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
@@ -339,7 +339,7 @@ class Decoder:
         new: list[int] = []
         stopped_by = "max_new_tokens"
         start = time.perf_counter()
-        if self.draft is not None and self.draft.head == "feature" and prompt.numel() > 1:
+        if self.draft is not None and self.draft.reads_target_features and prompt.numel() > 1:
             # A feature-level head drafts from the target's hidden states: the target reads the
             # prompt (all but its last token, as every first forward would) before the first
             # draft, as EAGLE's generation starts. One more target forward per generation, counted.
@@ -363,7 +363,7 @@ class Decoder:
     def _check_context(self, prompt_len: int, max_new_tokens: int, capacity: int) -> None:
         """Refuse, before any forward, a generation that could run past a model's context."""
         for runner in (self.target, self.draft):
-            limit = getattr(runner, "context_limit", None)
+            limit = None if runner is None else runner.context_limit
             if limit is not None and capacity > limit:
                 raise ContextOverflow(
                     f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} + a block "

@@ -85,16 +85,7 @@ class MTAD(DecodingMethod):
         g = prm.gamma
         assert ctx.draft is not None
         with ctx.timed("draft"):
-            beams = beam_sample(
-                ctx.draft,
-                ctx.ids,
-                g,
-                prm.beam_width,
-                prm.warp,
-                ctx.generator,
-                prm.replacement,
-                reorder_last=False,
-            )
+            beams = beam_sample(ctx.draft, ctx.ids, prm.beam, ctx.generator, reorder_last=False)
             best = beams.best
             x, logq_x = beams.tokens[best], beams.logq[best]
             # the cache's rows are in their order before the last step: the best beam's

@@ -37,15 +37,7 @@ class TargetBeamSampling(DecodingMethod):
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params
         with ctx.timed("verify"):
-            beams = beam_sample(
-                ctx.target,
-                ctx.ids,
-                prm.gamma,
-                prm.beam_width,
-                prm.warp,
-                ctx.generator,
-                prm.replacement,
-            )
+            beams = beam_sample(ctx.target, ctx.ids, prm.beam, ctx.generator)
             best = beams.best
             ctx.target.select_rows(best.view(1))
             tokens = beams.tokens[best]

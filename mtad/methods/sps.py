@@ -20,7 +20,7 @@ from mtad.engine import (
     DecodeContext,
     DecodingMethod,
     DraftDepth,
-    ModelRunner,
+    DraftRunner,
     StepResult,
     WarpConfig,
     warp_candidates,
@@ -39,7 +39,7 @@ class SpSParams(SamplingParams):
 
 
 def draft_tokens(
-    draft: ModelRunner,
+    draft: DraftRunner,
     ids: torch.Tensor,
     gamma: int,
     warp: WarpConfig,
