@@ -29,6 +29,7 @@ from transformers import (
 )
 
 from mtad.cpu import choose_dtype
+from mtad.engine.draft_runner import DraftRunner
 from mtad.engine.feature_head import load_head
 from mtad.engine.head_runner import HeadRunner
 from mtad.engine.runner import ModelRunner, check_same_vocab
@@ -51,7 +52,7 @@ assert tuple(DTYPES) == DTYPE_NAMES
 @dataclass
 class LoadedPair:
     target: ModelRunner
-    draft: ModelRunner | HeadRunner | None
+    draft: DraftRunner | None  # a ModelRunner or a HeadRunner
     tokenizer: PreTrainedTokenizerBase
 
 
