@@ -160,8 +160,8 @@ class BenchPair:
         if self.name == "tiny":
             return "tiny random llama pair (tests only)"
         draft = "stand-in draft (target's first 2 layers)" if self.standin else self.draft_path
-        heads = f"our head: target {self.target.head}" + (
-            f", draft {self.draft.head}" if self.draft is not None else ""
+        heads = f"our lm_head: target {self.target.lm_head}" + (
+            f", draft {self.draft.lm_head}" if self.draft is not None else ""
         )
         return (
             f"smollm2: SmolLM2-135M-Instruct [{self.dtype}] + {draft} [{self.draft_dtype}]; "
@@ -234,7 +234,7 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
         )
         if need_draft
         else None,
-        head=args.head,
+        lm_head=args.head,
     )
     return BenchPair(
         pair, "smollm2", str(draft_path) if draft_path else None, standin, args.dtype, draft_dtype

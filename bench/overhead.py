@@ -50,7 +50,7 @@ from scipy import stats as scipy_stats
 
 from bench import common
 from mtad.engine import Decoder, DecodeStats
-from mtad.engine.loop import DecodeContext
+from mtad.engine.loop import DecodeContext, Phase
 from mtad.methods import METHODS, build_method
 
 # Every method runs at its params dataclass's defaults (the authors' B=4, gamma=4, tau=0.5;
@@ -292,7 +292,7 @@ class DraftPhaseCPU:
         original, clock = self._original, self
 
         @contextlib.contextmanager
-        def timed(ctx, phase: str):
+        def timed(ctx, phase: Phase):
             start = time.process_time()
             try:
                 with original(ctx, phase):
@@ -319,7 +319,7 @@ def draft_forward_alone(
     rows after ``context`` (``bench.forward_shapes``'s figure for a head: compact rows, each
     row reading its own previous output), the first of ``reps + 1`` calls a warm-up."""
     draft = bp.draft
-    if getattr(draft, "head", None) == "feature":
+    if draft.reads_target_features:
         common.head_after_context(bp, context, rows)
         times = [common.time_head_step(draft, rows, gen)[0] for _ in range(reps + 1)]
     else:
@@ -414,7 +414,7 @@ def beam_draft(args: argparse.Namespace) -> dict[str, list[float]]:
     import time
 
     from mtad.engine import WarpConfig
-    from mtad.methods.beam import beam_sample
+    from mtad.methods.beam import BeamSpec, beam_sample
 
     common.setup(args)
     bp = common.load_bench_pair(args, need_draft=True)
@@ -433,7 +433,7 @@ def beam_draft(args: argparse.Namespace) -> dict[str, list[float]]:
                 runner.feed(ids[:-1])  # the context, outside the clock
                 gen = torch.Generator().manual_seed(rep)
                 start = time.perf_counter()
-                beam_sample(runner, ids, 4, 4, warp, gen)
+                beam_sample(runner, ids, BeamSpec(4, 4, warp), gen)
                 if rep:
                     times[reorder].append(time.perf_counter() - start)
         runner.reset()

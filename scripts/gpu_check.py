@@ -304,7 +304,7 @@ def check_tree_mask(device: str) -> str:
         runs += [(f"sdpa/{n}", b, req) for n, b, req in sdpa_backends(device)]
         for impl, backend, required in runs:
             model.set_attn_implementation(impl.split("/")[0])
-            runner = ModelRunner(model, "target", head="stock")
+            runner = ModelRunner(model, "target", lm_head="stock")
             try:
                 with sdpa_kernel([backend]) if backend is not None else _null():
                     tree = runner.feed_tree(ids, tokens, parents, depths)  # [1 + 4, V]

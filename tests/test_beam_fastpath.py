@@ -18,7 +18,7 @@ from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model
 from mtad.engine.warping import WarpConfig, warp_candidates
 from mtad.methods import build_method
-from mtad.methods.beam import _beam_sample_host, _beam_sample_tensors
+from mtad.methods.beam import BeamSpec, _beam_sample_host, _beam_sample_tensors
 
 VOCAB = 320
 WARPS = {
@@ -71,10 +71,7 @@ def run_both(make, ids, gamma, width, warp, seed, reorder_last):
         runner, prepare = make()
         prepare()
         g = torch.Generator().manual_seed(seed)
-        if fn is _beam_sample_tensors:
-            beams = fn(runner, ids, gamma, width, warp, g, False, reorder_last)
-        else:
-            beams = fn(runner, ids, gamma, width, warp, g, reorder_last)
+        beams = fn(runner, ids, BeamSpec(gamma, width, warp), g, reorder_last)
         out.append((beams, g.get_state(), cache_state(runner)))
     return out
 
@@ -152,9 +149,8 @@ def test_mtad_generation_unchanged_by_the_host_form(target, draft_kind, monkeypa
     # the reference: the tensor form with its full reorder after the last step, where row
     # ``b`` holds beam ``b``: MTAD's row choice parents[-1][best] is then ``best`` itself when
     # the last parents read as the identity
-    def old(runner, ids, gamma, width, warp, gen, replacement=False, reorder_last=True):
-        beams = beam._beam_sample_tensors(runner, ids, gamma, width, warp, gen, replacement)
-        return _reordered(beams)
+    def old(runner, ids, spec, gen, reorder_last=True):
+        return _reordered(beam._beam_sample_tensors(runner, ids, spec, gen))
 
     monkeypatch.setattr(mtad_module, "beam_sample", old)
     assert generate() == got

@@ -207,8 +207,8 @@ def test_auto_head_choice(wide_llama, tiny_llama):
 
     assert isinstance(head_for(wide_llama, "auto"), CPUHeadLM)
     assert head_for(wide_llama, "stock") is wide_llama
-    assert ModelRunner(tiny_llama[0]).head == "stock"  # vocabulary 320: not worth a copy
-    assert ModelRunner(tiny_llama[0], head="fast").head == "fast"
+    assert ModelRunner(tiny_llama[0]).lm_head == "stock"  # vocabulary 320: not worth a copy
+    assert ModelRunner(tiny_llama[0], lm_head="fast").lm_head == "fast"
     with pytest.raises(ValueError, match="head"):
         head_for(wide_llama, "quick")
 
@@ -220,8 +220,8 @@ def test_auto_head_measures_bf16_too():
     from mtad.engine.tiny import build_tiny_model
 
     model = build_tiny_model("llama", "target", vocab_size=8192, seed=3)
-    assert ModelRunner(model.to(torch.bfloat16)).head == "fast"
-    assert ModelRunner(model.to(torch.float16)).head == "stock"
+    assert ModelRunner(model.to(torch.bfloat16)).lm_head == "fast"
+    assert ModelRunner(model.to(torch.float16)).lm_head == "stock"
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 40])
@@ -251,8 +251,8 @@ def test_cpu_head_greedy_tokens_equal_stock(wide_llama):
         for name, params in (("ar", {}), ("sps", {"gamma": 3})):
             dec = Decoder(
                 build_method(name, temperature=0.0, **params),
-                ModelRunner(wide_llama, head=head),
-                ModelRunner(draft, head=head) if name == "sps" else None,
+                ModelRunner(wide_llama, lm_head=head),
+                ModelRunner(draft, lm_head=head) if name == "sps" else None,
             )
             outs[head, name] = dec.generate([5, 17, 300, 4000], 24).token_ids
     assert outs["fast", "ar"] == outs["stock", "ar"] == outs["fast", "sps"] == outs["stock", "sps"]

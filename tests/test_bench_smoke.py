@@ -119,7 +119,7 @@ def test_forward_clock_sees_our_cpu_head() -> None:
     from mtad.engine.runner import ModelRunner
     from mtad.engine.tiny import build_tiny_model, build_tiny_tokenizer
 
-    runner = ModelRunner(build_tiny_model("llama", "target"), "target", head="fast")
+    runner = ModelRunner(build_tiny_model("llama", "target"), "target", lm_head="fast")
     clock = pair_clock(
         BenchPair(
             LoadedPair(runner, None, build_tiny_tokenizer()),

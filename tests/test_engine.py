@@ -29,8 +29,8 @@ def make_decoder(pair, name: str, seed: int = 0, eos=(), head="auto", **override
     params = {**ALL_METHODS[name], **overrides}
     return Decoder(
         build_method(name, **params),
-        ModelRunner(target, head=head),
-        ModelRunner(draft, head=head),
+        ModelRunner(target, lm_head=head),
+        ModelRunner(draft, lm_head=head),
         eos,
         seed,
     )
@@ -231,7 +231,7 @@ def check_cached_logits(name, temperature, family, head, tiny_llama, tiny_opt) -
     decoder = make_decoder(
         pair, name, seed=5, head=head, temperature=temperature, top_k=0, top_p=1.0
     )
-    assert decoder.target.head == head
+    assert decoder.target.lm_head == head
     runners = [r for r in (decoder.target, decoder.draft) if r is not None]
     traces = {id(r): traced(r) for r in runners}
     out = decoder.generate([10, 20, 30, 40], 30)

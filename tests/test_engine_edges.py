@@ -34,8 +34,8 @@ def decoder_for(pair, name: str, seed: int = 0, eos=(), head: str = "stock", **o
     params = {**DRAFT_METHODS.get(name, {}), **overrides}
     return Decoder(
         build_method(name, **params),
-        ModelRunner(target, "target", head=head),
-        ModelRunner(draft, "draft", head=head),
+        ModelRunner(target, "target", lm_head=head),
+        ModelRunner(draft, "draft", lm_head=head),
         eos,
         seed,
     )

@@ -140,7 +140,7 @@ def test_compact_rows_give_the_full_width_rows_candidates(dtype):
     draft = build_tiny_model("llama", "draft", vocab_size=320, seed=0).to(dtype)
     restrict_vocab(draft, ids.tolist())
     runner = ModelRunner(draft)
-    assert runner.head == "subvocab"
+    assert runner.lm_head == "subvocab"
     head = draft.get_output_embeddings()
     for trial in range(40):
         sub = torch.randn(4, ids.numel(), generator=gen).to(dtype)

@@ -115,11 +115,11 @@ def test_head_chooses_by_measurement_and_records_it(wide_llama, private_cache):
         assert head._wt is None  # the transposed copy made for timing is not kept
     cached = KernelTable()
     assert cached.loaded_from_file and cached.choices == table.choices
-    runner = ModelRunner(wide_llama, head="fast")
+    runner = ModelRunner(wide_llama, lm_head="fast")
     runner.net.table = cached
     with torch.inference_mode():
         runner.net.project(torch.randn(1, 5, weight.shape[1]))
-    assert runner.head_kernels == {"5": table.choices[keys[5]]} and not cached.measured
+    assert runner.lm_head_kernels == {"5": table.choices[keys[5]]} and not cached.measured
 
 
 def test_prefill_rows_use_linear_unmeasured(wide_llama):

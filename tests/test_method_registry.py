@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult
 from mtad.methods.common import leading_true_count
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -58,7 +58,6 @@ class GreedyChain(DecodingMethod):
 
     def __init__(self, params: GreedyChainParams) -> None:
         self.params = params
-        self.max_step_tokens = params.depth + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("depth", self.params.depth)

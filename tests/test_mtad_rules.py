@@ -10,7 +10,7 @@ import torch
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model
 from mtad.engine.warping import WarpConfig, warp_logprobs
-from mtad.methods.beam import beam_sample, renormalise
+from mtad.methods.beam import BeamSpec, beam_sample, renormalise
 from mtad.methods.mtad import accept_longest_prefix, joint_log_ratios, verify_block
 
 
@@ -73,7 +73,7 @@ def test_without_replacement_never_repeats_a_pair():
     for seed in range(25):
         runner.reset()
         g = torch.Generator().manual_seed(seed)
-        beams = beam_sample(runner, torch.tensor([1, 2, 3]), 4, 4, warp, g, replacement=False)
+        beams = beam_sample(runner, torch.tensor([1, 2, 3]), BeamSpec(4, 4, warp), g)
         for parent, tok in zip(beams.parents, beams.picks, strict=True):
             pairs = {(int(p), int(t)) for p, t in zip(parent, tok, strict=True)}
             assert len(pairs) == parent.numel()
@@ -102,7 +102,7 @@ def test_greedy_beam_equals_brute_force(top_k: int, width: int):
     runner = small_runner()
     warp = WarpConfig(0.0, top_k, 1.0)
     prefix = [4, 7, 1]
-    beams = beam_sample(runner, torch.tensor(prefix), 3, width, warp, torch.Generator())
+    beams = beam_sample(runner, torch.tensor(prefix), BeamSpec(3, width, warp), torch.Generator())
     ref = brute_force_beam_search(runner.model, prefix, 3, width, warp.scoring())
     got = sorted(zip(beams.tokens.tolist(), beams.logw.tolist(), strict=True), key=lambda b: -b[1])
     assert [seq for seq, _ in got] == [seq for seq, _ in ref]
@@ -124,13 +124,13 @@ def test_fewer_beams_survive_and_no_zero_probability_token():
         g = torch.Generator().manual_seed(seed)
         for replacement in (False, True):
             runner.reset()
-            beams = beam_sample(runner, torch.tensor([5, 6]), 1, 4, warp, g, replacement)
+            beams = beam_sample(runner, torch.tensor([5, 6]), BeamSpec(1, 4, warp, replacement), g)
             alive = beams.alive
             if not replacement:
                 assert int(alive.sum()) == 2  # fewer beams survive
             assert torch.isfinite(beams.logq[alive]).all()
             runner.reset()
-            beams = beam_sample(runner, torch.tensor([5, 6]), 3, 4, warp, g, replacement)
+            beams = beam_sample(runner, torch.tensor([5, 6]), BeamSpec(3, 4, warp, replacement), g)
             alive = beams.alive
             assert torch.isfinite(beams.logq[alive]).all()  # no zero-probability drafted token
             best = beams.best

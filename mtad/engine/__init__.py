@@ -4,8 +4,13 @@ One job per module:
 
 * :mod:`~mtad.engine.loop`: :class:`Decoder` (the loop every method shares), :class:`DecodeStats`,
   the :class:`DecodingMethod` base class, :class:`DecodeContext` and :class:`StepResult`;
+* :mod:`~mtad.engine.draft_runner`: :class:`DraftRunner`, the draft contract (feed, crop,
+  rows, distributions) that :class:`ModelRunner` and
+  :class:`~mtad.engine.head_runner.HeadRunner` (a feature-level draft head) both implement;
 * :mod:`~mtad.engine.runner`: :class:`ModelRunner`, a model plus its KV cache (feed, crop, rows);
-* :mod:`~mtad.engine.heads`: the logits head (:class:`~mtad.engine.heads.CPUHeadLM`);
+* :mod:`~mtad.engine.heads`: the output projection, ``lm_head``
+  (:class:`~mtad.engine.heads.CPUHeadLM`), as distinct from a *head*, the feature-level draft
+  (:mod:`~mtad.engine.feature_head`);
 * :mod:`~mtad.engine.warping`: warped distributions and sampling (CPU kernels in
   ``_warping_cpu``). Every method holds a warped distribution as one type,
   :class:`~mtad.engine.warping.Candidates` (made by :func:`warp_candidates`), and samples,
@@ -34,6 +39,8 @@ _SOURCES = {
     "DecodeStats": "loop",
     "Decoder": "loop",
     "DecodingMethod": "loop",
+    "DraftDepth": "loop",
+    "DraftRunner": "draft_runner",
     "GenerationOutput": "loop",
     "LoadedPair": "loading",
     "ModelRunner": "runner",
@@ -47,12 +54,14 @@ _SOURCES = {
 }
 
 if TYPE_CHECKING:
+    from mtad.engine.draft_runner import DraftRunner
     from mtad.engine.loading import LoadedPair, load_pair
     from mtad.engine.loop import (
         DecodeContext,
         Decoder,
         DecodeStats,
         DecodingMethod,
+        DraftDepth,
         GenerationOutput,
         StepResult,
     )
@@ -83,6 +92,8 @@ __all__ = [
     "DecodeStats",
     "Decoder",
     "DecodingMethod",
+    "DraftDepth",
+    "DraftRunner",
     "GenerationOutput",
     "LoadedPair",
     "ModelRunner",

@@ -2,8 +2,9 @@
 
 A :class:`~mtad.engine.feature_head.FeatureHead` drafts from the target's hidden states, so its
 runner reads them from the target's :class:`~mtad.engine.runner.FeatureStore` (filled by every
-target forward) and otherwise behaves as the independent draft's
-:class:`~mtad.engine.runner.ModelRunner` does: methods *feed* it the committed sequence, run
+target forward) and otherwise implements the same
+:class:`~mtad.engine.draft_runner.DraftRunner` as the independent draft's
+:class:`~mtad.engine.runner.ModelRunner`: methods *feed* it the committed sequence, run
 drafted tokens *forward*, *crop* on rollback and *select* / *repeat* rows for beams and trees,
 through one transformers ``DynamicCache`` of one layer.
 
@@ -18,6 +19,8 @@ What differs is kept here:
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 import torch
 from transformers import DynamicCache
@@ -36,9 +39,13 @@ class _Call(torch.nn.Module):
 
 
 class HeadRunner:
-    """A :class:`FeatureHead` and its cache, reading features from ``target``'s store."""
+    """A :class:`FeatureHead` and its cache, reading features from ``target``'s store (a
+    :class:`~mtad.engine.draft_runner.DraftRunner`)."""
 
-    head = "feature"
+    # the logits come from the head's own projection (the target's frozen lm_head, restricted
+    # to its sub-vocabulary when it has one): recorded as such in metrics.json's ``lm_head``
+    lm_head = "feature"
+    reads_target_features: ClassVar[bool] = True
 
     def __init__(self, model: FeatureHead, target: ModelRunner, role: str = "draft") -> None:
         if target.features is None:
@@ -63,6 +70,11 @@ class HeadRunner:
     @property
     def cache_len(self) -> int:
         return self.cached_ids.shape[1]
+
+    @property
+    def lm_head_kernels(self) -> dict[str, str]:
+        """Empty: no CPU output-projection kernel is chosen for a head's logits."""
+        return {}
 
     @property
     def rows(self) -> int:

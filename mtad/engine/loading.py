@@ -29,6 +29,7 @@ from transformers import (
 )
 
 from mtad.cpu import choose_dtype
+from mtad.engine.draft_runner import DraftRunner
 from mtad.engine.feature_head import load_head
 from mtad.engine.head_runner import HeadRunner
 from mtad.engine.runner import ModelRunner, check_same_vocab
@@ -51,7 +52,7 @@ assert tuple(DTYPES) == DTYPE_NAMES
 @dataclass
 class LoadedPair:
     target: ModelRunner
-    draft: ModelRunner | HeadRunner | None
+    draft: DraftRunner | None  # a ModelRunner or a HeadRunner
     tokenizer: PreTrainedTokenizerBase
 
 
@@ -185,22 +186,25 @@ def placement(target: PreTrainedModel, draft: PreTrainedModel | None) -> dict[st
 
 
 def load_pair(
-    target: ModelSpec, draft: ModelSpec | None, device: str = "cpu", head: str = "auto"
+    target: ModelSpec, draft: ModelSpec | None, device: str = "cpu", lm_head: str = "auto"
 ) -> LoadedPair:
-    """Load target (+ draft) and check they share one vocabulary. ``head``: see :func:`head_for`."""
+    """Load target (+ draft) and check they share one vocabulary. ``lm_head``: the output
+    projection (the ``runtime.head`` setting), see :func:`head_for`. A draft of kind ``head``
+    (a feature-level draft head) runs in a :class:`HeadRunner` over the target's features."""
     target_model, tokenizer = load_model(target, device)
     if tokenizer is None:
         raise ValueError("target: the target source provides no tokenizer")
     if draft is not None and draft.kind == "head":
         head_model = load_head(head_folder(draft), target_model, read_vocab(head_folder(draft)))
-        target_runner = ModelRunner(target_model, "target", head, feature_taps=head_model.spec.taps)
+        taps = head_model.spec.taps
+        target_runner = ModelRunner(target_model, "target", lm_head, feature_taps=taps)
         return LoadedPair(target_runner, HeadRunner(head_model, target_runner), tokenizer)
     draft_runner = None
     if draft is not None:
         draft_model, _ = load_model(draft, device)
         check_same_vocab(target_model, draft_model)
-        draft_runner = ModelRunner(draft_model, "draft", head)
-    return LoadedPair(ModelRunner(target_model, "target", head), draft_runner, tokenizer)
+        draft_runner = ModelRunner(draft_model, "draft", lm_head)
+    return LoadedPair(ModelRunner(target_model, "target", lm_head), draft_runner, tokenizer)
 
 
 def head_folder(spec: ModelSpec) -> str:

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NamedTuple, get_args
 
 import torch
 
@@ -27,7 +27,15 @@ from mtad.engine.loading import model_devices
 from mtad.engine.runner import ModelRunner, check_same_vocab
 
 if TYPE_CHECKING:
-    from mtad.engine.head_runner import HeadRunner
+    from mtad.engine.draft_runner import DraftRunner
+
+
+# The phases a step's wall time is split into (SPEC: draft / verify / other, "other" being the
+# rest of the wall time), and the DecodeStats field each one is booked to. A closed type, checked
+# at the call: a misspelt phase raises instead of landing in another phase's time.
+Phase = Literal["draft", "verify"]
+PHASE_TIMES: dict[str, str] = {"draft": "time_draft", "verify": "time_verify"}
+assert set(PHASE_TIMES) == set(get_args(Phase))
 
 
 @dataclass
@@ -189,7 +197,7 @@ class GenerationOutput:
     stopped_by: str  # "eos" | "max_new_tokens" | "stop"
 
 
-def cuda_devices(*runners: ModelRunner | None) -> tuple[torch.device, ...]:
+def cuda_devices(*runners: DraftRunner | None) -> tuple[torch.device, ...]:
     """The GPUs holding the runners' weights (:func:`mtad.engine.loading.model_devices`)."""
     found = {d for r in runners if r is not None for d in model_devices(r.model)}
     return tuple(torch.device(d) for d in sorted(found) if d.startswith("cuda"))
@@ -207,7 +215,7 @@ class DecodeContext:
     def __init__(
         self,
         target: ModelRunner,
-        draft: ModelRunner | HeadRunner | None,
+        draft: DraftRunner | None,
         prompt: torch.Tensor,
         capacity: int,
         generator: torch.Generator,
@@ -230,32 +238,55 @@ class DecodeContext:
         return self.buffer[: self.n]
 
     @contextmanager
-    def timed(self, phase: str) -> Iterator[None]:
-        """Attribute the enclosed wall time to ``phase`` (``"draft"`` or ``"verify"``)."""
+    def timed(self, phase: Phase) -> Iterator[None]:
+        """Attribute the enclosed wall time to ``phase`` (:data:`Phase`); any other name raises
+        ``ValueError`` before the block runs."""
+        booked = PHASE_TIMES.get(phase)
+        if booked is None:
+            raise ValueError(f"phase must be one of {tuple(PHASE_TIMES)}, got {phase!r}")
         start = time.perf_counter()
         try:
             yield
         finally:
             synchronize(self.gpus)
             elapsed = time.perf_counter() - start
-            if phase == "draft":
-                self.stats.time_draft += elapsed
-            else:
-                self.stats.time_verify += elapsed
+            setattr(self.stats, booked, getattr(self.stats, booked) + elapsed)
+
+
+class DraftDepth(NamedTuple):
+    """How deep a method drafts per step, and the parameter (``method.<key>``) that sets it:
+    the preflight refuses a depth past the task's token budget (drafted tokens that can never
+    be kept, and minutes of work for a large one)."""
+
+    key: str
+    tokens: int
 
 
 class DecodingMethod(ABC):
-    """One decoding algorithm. Subclasses set ``name``/``uses_draft`` and implement ``step``."""
+    """One decoding algorithm. Subclasses set ``name``/``uses_draft``, say how deep they draft
+    (:meth:`draft_depth`) and implement ``step``."""
 
     name: ClassVar[str]
     uses_draft: ClassVar[bool] = False
-    # Upper bound on tokens one step can commit (sizes the id buffer).
-    max_step_tokens: int = 1
+    # Tokens a step commits after its drafted depth: the target's own token (the bonus or the
+    # resampled one). MTJD sets 0: its block is drawn from the target itself and kept whole.
+    tokens_after_draft: ClassVar[int] = 1
+
+    @abstractmethod
+    def draft_depth(self) -> DraftDepth | None:
+        """The depth one step drafts (None: nothing drafted, one target token per step)."""
+
+    @property
+    def max_step_tokens(self) -> int:
+        """Upper bound on tokens one step can commit (sizes the id buffer and the context
+        check): the drafted depth plus :attr:`tokens_after_draft`."""
+        depth = self.draft_depth()
+        return (0 if depth is None else depth.tokens) + self.tokens_after_draft
 
     @abstractmethod
     def step(self, ctx: DecodeContext) -> StepResult: ...
 
-    def check_models(self, target: ModelRunner, draft: ModelRunner | HeadRunner | None) -> None:
+    def check_models(self, target: ModelRunner, draft: DraftRunner | None) -> None:
         if self.uses_draft:
             if draft is None:
                 raise ValueError(f"draft: method {self.name!r} needs a draft model")
@@ -273,7 +304,7 @@ class Decoder:
         self,
         method: DecodingMethod,
         target: ModelRunner,
-        draft: ModelRunner | HeadRunner | None = None,
+        draft: DraftRunner | None = None,
         eos_token_ids: Sequence[int] = (),
         seed: int = 0,
     ) -> None:
@@ -308,7 +339,7 @@ class Decoder:
         new: list[int] = []
         stopped_by = "max_new_tokens"
         start = time.perf_counter()
-        if self.draft is not None and self.draft.head == "feature" and prompt.numel() > 1:
+        if self.draft is not None and self.draft.reads_target_features and prompt.numel() > 1:
             # A feature-level head drafts from the target's hidden states: the target reads the
             # prompt (all but its last token, as every first forward would) before the first
             # draft, as EAGLE's generation starts. One more target forward per generation, counted.
@@ -332,7 +363,7 @@ class Decoder:
     def _check_context(self, prompt_len: int, max_new_tokens: int, capacity: int) -> None:
         """Refuse, before any forward, a generation that could run past a model's context."""
         for runner in (self.target, self.draft):
-            limit = getattr(runner, "context_limit", None)
+            limit = None if runner is None else runner.context_limit
             if limit is not None and capacity > limit:
                 raise ContextOverflow(
                     f"prompt of {prompt_len} tokens + max_new_tokens={max_new_tokens} + a block "

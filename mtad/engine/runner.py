@@ -10,7 +10,7 @@ candidate generators do (``generation/candidate_generator.py``).
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -58,20 +58,24 @@ def check_same_vocab(target: PreTrainedModel | int, draft: PreTrainedModel | int
 
 
 class ModelRunner:
-    """A causal LM plus its KV cache, with the cache bookkeeping methods need.
+    """A causal LM plus its KV cache, with the cache bookkeeping methods need: a
+    :class:`~mtad.engine.draft_runner.DraftRunner`, and the target's runner (tree forwards).
 
     ``cached_ids[r, :]`` are the ids whose keys/values sit in row ``r`` of the cache. Callers keep
     the invariant that the cache holds a prefix of the committed sequence (plus, transiently,
-    drafted tokens), so catching up is always "feed ``ids[cache_len:]``".
+    drafted tokens), so catching up is always "feed ``ids[cache_len:]``". ``lm_head``: the
+    output projection to run, ``"auto"``, ``"stock"`` or ``"fast"`` (:func:`head_for`; the
+    ``runtime.head`` setting); :attr:`lm_head` is then the one that runs.
     """
 
     REORDERS = ("inplace", "copy")
+    reads_target_features: ClassVar[bool] = False
 
     def __init__(
         self,
         model: PreTrainedModel,
         role: str = "model",
-        head: str = "auto",
+        lm_head: str = "auto",
         reorder: str = "inplace",
         feature_taps: list[int] | None = None,
     ) -> None:
@@ -84,22 +88,22 @@ class ModelRunner:
         self.vocab_size = vocab_size_of(model)
         self.context_limit = context_limit_of(model.config.to_dict())
         self.forwards = 0
-        # what is called for logits: the model, the model with a CPU-friendly head, or (an
-        # FR-Spec draft head) the model's body and its compact projection
+        # what is called for logits: the model, the model with a CPU-friendly lm_head, or (an
+        # FR-Spec sub-vocabulary lm_head) the model's body and its compact projection
         out_head = model.get_output_embeddings()
         if isinstance(out_head, SubVocabHead):
             self.net: torch.nn.Module = SubVocabLM(self.model)
-            self.head = "subvocab"
+            self.lm_head = "subvocab"
             self.vocab_ids: torch.Tensor | None = out_head.ids
         else:
-            self.net = head_for(self.model, head)
-            self.head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
+            self.net = head_for(self.model, lm_head)
+            self.lm_head = "fast" if isinstance(self.net, CPUHeadLM) else "stock"
             self.vocab_ids = None
         # transformers renamed ``past_key_values`` to ``cache`` during 5.x; accept both.
-        body = model if self.head == "stock" else model.base_model
+        body = model if self.lm_head == "stock" else model.base_model
         params = inspect.signature(body.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._can_trim_logits = self.head != "stock" or "logits_to_keep" in params
+        self._can_trim_logits = self.lm_head != "stock" or "logits_to_keep" in params
         # the hidden states a feature-level draft head reads (mtad.engine.head_runner)
         self.features = FeatureStore(model, feature_taps) if feature_taps else None
         self.reset()
@@ -134,8 +138,8 @@ class ModelRunner:
             )
 
     @property
-    def head_kernels(self) -> dict[str, str]:
-        """Row count -> output-projection kernel the CPU head chose (empty for the stock head)."""
+    def lm_head_kernels(self) -> dict[str, str]:
+        """Row count -> output-projection kernel the CPU lm_head chose (empty for the others)."""
         if isinstance(self.net, CPUHeadLM):
             return {str(rows): k for rows, k in self.net.kernels.items()}
         return {}
@@ -155,9 +159,10 @@ class ModelRunner:
         """Run ``input_ids`` ``[rows, n]`` after the cached context.
 
         Returns logits ``[rows, keep, V]`` of the last ``keep`` positions (all when 0): the
-        full-vocabulary head is skipped for prompt positions nobody reads. ``compact``: a model
-        with an FR-Spec head returns its compact rows ``[..., len(vocab_ids)]`` instead (read
-        them only through :meth:`candidates` / :meth:`vocab_token`); other models ignore it.
+        full-vocabulary lm_head is skipped for prompt positions nobody reads. ``compact``: a
+        model with an FR-Spec lm_head returns its compact rows ``[..., len(vocab_ids)]``
+        instead (read them only through :meth:`candidates` / :meth:`vocab_token`); other models
+        ignore it.
         """
         if compact and self.vocab_ids is not None:
             logits = self._logits(input_ids, keep, compact=True)
@@ -219,7 +224,8 @@ class ModelRunner:
         the first drafted position. Each node attends to the committed context and its own
         ancestors only (a tree attention mask, as in SpecInfer, Miao et al., ASPLOS 2024).
         Returns logits ``[1 + N, V]``: the last committed position, then every node. The tree's
-        keys/values are scratch: call :meth:`crop` back to ``len(ids)`` before the next feed.
+        keys/values are scratch: call :meth:`commit_tree_path` (back to ``len(ids)``) before the
+        next feed.
 
         The mask is passed as an additive float mask (0 where allowed, the dtype's minimum
         elsewhere): SDPA reads a boolean mask as "keep", but eager attention *adds* the mask to
@@ -265,10 +271,14 @@ class ModelRunner:
         return logits
 
     @torch.inference_mode()
-    def keep_tree_path(self, nodes: list[int]) -> None:
-        """After a tree verification and :meth:`crop` back to the committed context: keep the
-        target's features of the accepted ``nodes`` (root to leaf) as those of the next
-        positions, so a feature-level draft reads them before the target re-reads the path."""
+    def commit_tree_path(self, length: int, nodes: list[int]) -> None:
+        """End a tree verification (:meth:`feed_tree`): roll the tree's scratch keys/values back
+        to the committed ``length`` (the accepted tokens are fed again with the next block) and
+        keep what the accepted ``nodes`` (root to leaf) leave behind: with ``feature_taps``, the
+        target's features of those nodes as those of the next positions, so a feature-level
+        draft reads them before the target re-reads the path. One call, so tree methods need
+        not know which kind of draft runs beside them."""
+        self.crop(length)
         if self.features is not None and nodes:
             self.features.record(self.cache_len, self.features.tree[nodes])
 

@@ -41,6 +41,7 @@ def load_models(prep: Prepared) -> LoadedPair:
     ]
     print("dtype: " + "; ".join(chosen))
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
+    # runtime.head chooses the output projection (lm_head) of both models
     return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
 
 
@@ -151,8 +152,8 @@ def model_facts(pair: LoadedPair, memory_before_load: dict[str, int]) -> dict[st
     (``placement``, with the GPU memory the run found allocated before it loaded)."""
     runners = [r for r in (pair.target, pair.draft) if r is not None]
     return {
-        "lm_head": {r.role: r.head for r in runners},
-        "lm_head_kernels": {r.role: r.head_kernels for r in runners},
+        "lm_head": {r.role: r.lm_head for r in runners},
+        "lm_head_kernels": {r.role: r.lm_head_kernels for r in runners},
         "placement": {**placement(pair), "gpu_memory_before_load_bytes": memory_before_load},
     }
 

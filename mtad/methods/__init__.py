@@ -6,11 +6,11 @@ adds one in a copy of the tree and runs it through the preflight, the harness an
 1. ``mtad/methods/<name>.py``: a params dataclass (its defaults, and value checks in
    ``__post_init__`` that raise ``ValueError("<param> must be ...")``) and a
    :class:`mtad.engine.DecodingMethod` subclass decorated ``@register_method(Params)`` that
-   sets ``name = "<name>"`` (and ``uses_draft = True`` when it drafts), sets
-   ``max_step_tokens`` (the most tokens one step commits), says how deep it drafts
-   (``draft_depth()``: a :class:`~mtad.methods.registry.DraftDepth` naming the parameter, so
-   the preflight refuses a depth past the token budget; None when it drafts nothing) and
-   implements ``step``. Every module of this package is imported here, so nothing lists it.
+   sets ``name = "<name>"`` (and ``uses_draft = True`` when it drafts), says how deep it
+   drafts (``draft_depth()``, abstract on ``DecodingMethod``: a :class:`mtad.engine.DraftDepth`
+   naming the parameter, so the preflight refuses a depth past the token budget; None when it
+   drafts nothing; ``max_step_tokens``, the most tokens one step commits, is derived from it)
+   and implements ``step``. Every module of this package is imported here, so nothing lists it.
 2. ``conf/method/<name>.yaml``: ``name: <name>`` and every parameter at the dataclass's
    default (Hydra overrides only keys that exist; ``tests/test_configs.py`` keeps the two
    equal), with ``defaults: [base/warping@_here_, _self_]`` when it samples.

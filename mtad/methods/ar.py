@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult, warp_candidates
+from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult, warp_candidates
 from mtad.methods.common import SamplingParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass

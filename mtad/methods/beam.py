@@ -21,13 +21,25 @@ import torch
 
 from mtad.engine import (
     NEG_INF,
-    ModelRunner,
+    DraftRunner,
     WarpConfig,
     sample_with_replacement,
     sample_without_replacement,
 )
 from mtad.engine._warping_cpu import host_tensor
 from mtad.engine.warping import gumbel_top_k
+
+
+@dataclass(frozen=True)
+class BeamSpec:
+    """What a beam-sampled block is drawn with: ``gamma`` steps on ``beam_width`` beams from
+    the ``warp``-ed distribution, pairs drawn without replacement unless ``replacement``
+    (:attr:`mtad.methods.common.BeamParams.beam` makes one from a method's parameters)."""
+
+    gamma: int
+    beam_width: int
+    warp: WarpConfig
+    replacement: bool = False
 
 
 @dataclass
@@ -60,17 +72,14 @@ HOST_BOOKKEEPING_DEVICES: frozenset[str] = frozenset({"cpu"})
 
 
 def beam_sample(
-    runner: ModelRunner,
+    runner: DraftRunner,
     ids: torch.Tensor,
-    gamma: int,
-    beam_width: int,
-    warp: WarpConfig,
+    beam: BeamSpec,
     generator: torch.Generator,
-    replacement: bool = False,
     reorder_last: bool = True,
 ) -> BeamDraft:
-    """Draft ``gamma`` tokens on ``beam_width`` beams; the runner's cache ends with B rows
-    holding ``ids + beam[:-1]`` (reordered by parent), ready for :meth:`ModelRunner.select_rows`.
+    """Draft ``beam.gamma`` tokens on ``beam.beam_width`` beams; the runner's cache ends with B
+    rows holding ``ids + beam[:-1]`` (reordered by parent), ready for ``runner.select_rows``.
 
     ``reorder_last=False`` skips the last step's reorder (the cache's row ``parents[-1][b]``
     holds beam ``b``'s context): a caller that keeps one beam selects that row once, instead
@@ -81,26 +90,22 @@ def beam_sample(
     as the tensor form (:func:`_beam_sample_tensors`, every other device and with replacement)
     with a fraction of its small tensor ops.
     """
-    if replacement or ids.device.type not in HOST_BOOKKEEPING_DEVICES:
-        return _beam_sample_tensors(
-            runner, ids, gamma, beam_width, warp, generator, replacement, reorder_last
-        )
-    return _beam_sample_host(runner, ids, gamma, beam_width, warp, generator, reorder_last)
+    if beam.replacement or ids.device.type not in HOST_BOOKKEEPING_DEVICES:
+        return _beam_sample_tensors(runner, ids, beam, generator, reorder_last)
+    return _beam_sample_host(runner, ids, beam, generator, reorder_last)
 
 
 def _beam_sample_tensors(
-    runner: ModelRunner,
+    runner: DraftRunner,
     ids: torch.Tensor,
-    gamma: int,
-    beam_width: int,
-    warp: WarpConfig,
+    beam: BeamSpec,
     generator: torch.Generator,
-    replacement: bool = False,
     reorder_last: bool = True,
 ) -> BeamDraft:
     """:func:`beam_sample` on tensors only: no host sync."""
+    gamma, beam_width, warp = beam.gamma, beam.beam_width, beam.warp
     greedy = warp.greedy
-    pick = sample_with_replacement if replacement else sample_without_replacement
+    pick = sample_with_replacement if beam.replacement else sample_without_replacement
     # Each step's warped q as candidates (a few dozen per row on the CPU with top-k, else the
     # whole vocabulary): pairs are scored, drawn and looked up among candidates only.
     # compact rows for an FR-Spec draft head: warped without widening them (runner.candidates)
@@ -136,11 +141,9 @@ def _beam_sample_tensors(
 
 
 def _beam_sample_host(
-    runner: ModelRunner,
+    runner: DraftRunner,
     ids: torch.Tensor,
-    gamma: int,
-    beam_width: int,
-    warp: WarpConfig,
+    beam: BeamSpec,
     generator: torch.Generator,
     reorder_last: bool = True,
 ) -> BeamDraft:
@@ -151,6 +154,7 @@ def _beam_sample_host(
     the validity of picks -- is kept in Python lists and turned into tensors once at the end.
     Each of the small tensor ops this saves costs several times more between the draft's
     forwards than in a tight loop (its code and data evicted by the forward)."""
+    gamma, beam_width, warp = beam.gamma, beam.beam_width, beam.warp
     greedy = warp.greedy
     first = runner.candidates(runner.feed(ids, compact=True)[0, -1], warp)  # [m]
     flat, raw = _pick(first.logp, beam_width, generator, greedy)

@@ -28,11 +28,12 @@ import torch
 from mtad.engine import (
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
     StepResult,
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -72,7 +73,6 @@ class BigLittleDecoder(DecodingMethod):
 
     def __init__(self, params: BiLDParams) -> None:
         self.params = params
-        self.max_step_tokens = params.max_draft + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("max_draft", self.params.max_draft)  # at most, while confident

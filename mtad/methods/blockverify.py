@@ -37,11 +37,12 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
     StepResult,
     warp_candidates,
 )
 from mtad.methods.common import read_block
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 from mtad.methods.sps import (
     SpSParams,
     draft_tokens,
@@ -147,7 +148,6 @@ class BlockVerification(DecodingMethod):
 
     def __init__(self, params: BlockVerifyParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from mtad.engine import WarpConfig
+from mtad.methods.beam import BeamSpec
 
 
 @dataclass
@@ -37,6 +38,11 @@ class BeamParams(SamplingParams):
         check_gamma(self.gamma)
         check_beam_width(self.beam_width)
         super().__post_init__()
+
+    @property
+    def beam(self) -> BeamSpec:
+        """The beam draft's parameters as one object (:func:`mtad.methods.beam.beam_sample`)."""
+        return BeamSpec(self.gamma, self.beam_width, self.warp, self.replacement)
 
 
 def check_gamma(gamma: int) -> None:

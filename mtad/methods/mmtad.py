@@ -20,13 +20,15 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
+    DraftRunner,
     ModelRunner,
     StepResult,
     warp_candidates,
 )
 from mtad.methods.beam import BeamDraft, beam_sample
 from mtad.methods.mtad import MTADParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -81,12 +83,11 @@ class MMTAD(DecodingMethod):
 
     def __init__(self, params: MMTADParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)
 
-    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+    def check_models(self, target: ModelRunner, draft: DraftRunner | None) -> None:
         """Also refuse, before decoding, a target whose attention would ignore the tree mask."""
         super().check_models(target, draft)
         target.check_tree_attention()
@@ -95,15 +96,7 @@ class MMTAD(DecodingMethod):
         prm = self.params
         assert ctx.draft is not None
         with ctx.timed("draft"):
-            beams = beam_sample(
-                ctx.draft,
-                ctx.ids,
-                prm.gamma,
-                prm.beam_width,
-                prm.warp,
-                ctx.generator,
-                prm.replacement,
-            )
+            beams = beam_sample(ctx.draft, ctx.ids, prm.beam, ctx.generator)
             tokens, parents, depths = beam_tree(beams)
             # the draft re-reads accepted tokens next iteration (one cheap catch-up forward)
             ctx.draft.select_rows(torch.zeros(1, dtype=torch.long, device=tokens.device))
@@ -121,7 +114,6 @@ class MMTAD(DecodingMethod):
             path.reverse()
             chosen = path[-1] + 1 if path else 0
             out = torch.cat([tokens[path], next_tokens[chosen : chosen + 1]])
-            ctx.target.crop(ctx.n)  # tree keys/values are scratch; accepted ids are re-fed
-            ctx.target.keep_tree_path(path)  # a feature-level draft reads the path's features
+            ctx.target.commit_tree_path(ctx.n, path)  # the tree was scratch; accepted ids re-fed
         # accepted depth over the tree depth gamma; every (depth, beam) node for the node rate
         return StepResult(out, drafted=prm.gamma, accepted=k, drafted_nodes=tokens.numel())

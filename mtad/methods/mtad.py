@@ -17,10 +17,17 @@ from dataclasses import dataclass
 
 import torch
 
-from mtad.engine import Candidates, DecodeContext, DecodingMethod, StepResult, warp_candidates
+from mtad.engine import (
+    Candidates,
+    DecodeContext,
+    DecodingMethod,
+    DraftDepth,
+    StepResult,
+    warp_candidates,
+)
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams, check_tau, read_block
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -69,7 +76,6 @@ class MTAD(DecodingMethod):
 
     def __init__(self, params: MTADParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)
@@ -79,16 +85,7 @@ class MTAD(DecodingMethod):
         g = prm.gamma
         assert ctx.draft is not None
         with ctx.timed("draft"):
-            beams = beam_sample(
-                ctx.draft,
-                ctx.ids,
-                g,
-                prm.beam_width,
-                prm.warp,
-                ctx.generator,
-                prm.replacement,
-                reorder_last=False,
-            )
+            beams = beam_sample(ctx.draft, ctx.ids, prm.beam, ctx.generator, reorder_last=False)
             best = beams.best
             x, logq_x = beams.tokens[best], beams.logq[best]
             # the cache's rows are in their order before the last step: the best beam's

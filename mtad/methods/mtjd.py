@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mtad.engine import DecodeContext, DecodingMethod, StepResult
+from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult
 from mtad.methods.beam import beam_sample
 from mtad.methods.common import BeamParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -26,10 +26,10 @@ class MTJDParams(BeamParams):
 @register_method(MTJDParams)
 class TargetBeamSampling(DecodingMethod):
     name = "mtjd"
+    tokens_after_draft = 0  # the beam is the target's own block, committed whole
 
     def __init__(self, params: MTJDParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)  # beam-sampled on the target itself
@@ -37,15 +37,7 @@ class TargetBeamSampling(DecodingMethod):
     def step(self, ctx: DecodeContext) -> StepResult:
         prm = self.params
         with ctx.timed("verify"):
-            beams = beam_sample(
-                ctx.target,
-                ctx.ids,
-                prm.gamma,
-                prm.beam_width,
-                prm.warp,
-                ctx.generator,
-                prm.replacement,
-            )
+            beams = beam_sample(ctx.target, ctx.ids, prm.beam, ctx.generator)
             best = beams.best
             ctx.target.select_rows(best.view(1))
             tokens = beams.tokens[best]

@@ -15,39 +15,41 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mtad.config_types import conform, hints, type_problem, unknown_key
+from mtad.engine.loop import DraftDepth
 
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
 
 M = TypeVar("M", bound="type[DecodingMethod]")
 
+__all__ = [
+    "METHODS",
+    "DraftDepth",
+    "build_method",
+    "build_params",
+    "make_method",
+    "register_method",
+]
+
 # name -> (params dataclass, method class)
 METHODS: dict[str, tuple[type, type[DecodingMethod]]] = {}
-
-
-class DraftDepth(NamedTuple):
-    """How deep a method drafts per step, and the parameter (``method.<key>``) that sets it:
-    the preflight refuses a depth past the task's token budget (drafted tokens that can never
-    be kept, and minutes of work for a large one)."""
-
-    key: str
-    tokens: int
 
 
 def register_method(params: type) -> Callable[[M], M]:
     """Class decorator: register a :class:`~mtad.engine.DecodingMethod` subclass, built from
     the ``params`` dataclass (validated in its ``__post_init__``), under ``cls.name``. The
-    class says how deep it drafts (``draft_depth()``: a :class:`DraftDepth`, None for a method
-    that drafts nothing)."""
+    class says how deep it drafts (``draft_depth()``, abstract on ``DecodingMethod``: a
+    :class:`DraftDepth`, None for a method that drafts nothing); refused here, at import,
+    rather than at its first run."""
 
     def register(cls: M) -> M:
         name = cls.__dict__.get("name")
         if not isinstance(name, str) or not name:
             raise TypeError(f"{cls.__qualname__}: a registered method sets its own `name`")
-        if not callable(getattr(cls, "draft_depth", None)):
+        if "draft_depth" in getattr(cls, "__abstractmethods__", ()):
             raise TypeError(
                 f"{cls.__qualname__}: a registered method says how deep it drafts "
                 "(def draft_depth(self) -> DraftDepth | None)"

@@ -21,13 +21,15 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
+    DraftDepth,
+    DraftRunner,
     ModelRunner,
     StepResult,
     WarpConfig,
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_candidates
 
 
@@ -78,7 +80,7 @@ class TreeLayout:
 
 
 def expand_tree(
-    draft: ModelRunner,
+    draft: DraftRunner,
     ids: torch.Tensor,
     branching: list[int],
     warp: WarpConfig,
@@ -109,12 +111,11 @@ class TreeSpeculativeSampling(DecodingMethod):
     def __init__(self, params: SpecInferParams) -> None:
         self.params = params
         self.layout = TreeLayout.build(params.branching)
-        self.max_step_tokens = len(params.branching) + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("branching", len(self.params.branching))  # the tree's depth
 
-    def check_models(self, target: ModelRunner, draft: ModelRunner | None) -> None:
+    def check_models(self, target: ModelRunner, draft: DraftRunner | None) -> None:
         """Also refuse, before decoding, a target whose attention would ignore the tree mask."""
         super().check_models(target, draft)
         target.check_tree_attention()
@@ -137,9 +138,8 @@ class TreeSpeculativeSampling(DecodingMethod):
                 ),
                 prm.warp,
             )
-            ctx.target.crop(ctx.n)
             path, next_token = self.walk(p_all, q_all, tokens, ctx.generator)
-            ctx.target.keep_tree_path(path)  # a feature-level draft reads the path's features
+            ctx.target.commit_tree_path(ctx.n, path)  # the tree was scratch; accepted ids re-fed
         out = torch.cat([tokens[path], next_token.view(1)])
         # depth along the accepted path over the tree depth; every node for the per-node rate
         return StepResult(

@@ -19,13 +19,14 @@ from mtad.engine import (
     Candidates,
     DecodeContext,
     DecodingMethod,
-    ModelRunner,
+    DraftDepth,
+    DraftRunner,
     StepResult,
     WarpConfig,
     warp_candidates,
 )
 from mtad.methods.common import SamplingParams, check_gamma, leading_true_count, read_block
-from mtad.methods.registry import DraftDepth, register_method
+from mtad.methods.registry import register_method
 
 
 @dataclass
@@ -38,7 +39,7 @@ class SpSParams(SamplingParams):
 
 
 def draft_tokens(
-    draft: ModelRunner,
+    draft: DraftRunner,
     ids: torch.Tensor,
     gamma: int,
     warp: WarpConfig,
@@ -151,7 +152,6 @@ class SpeculativeSampling(DecodingMethod):
 
     def __init__(self, params: SpSParams) -> None:
         self.params = params
-        self.max_step_tokens = params.gamma + 1
 
     def draft_depth(self) -> DraftDepth:
         return DraftDepth("gamma", self.params.gamma)
