@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from command_line import check_command_line
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.engine.spec import ModelSpec
-from mtad.harness.cli import check_command_line
 from mtad.harness.config import ConfigError, validate
 from mtad.runs.identity import RunIdentity
 
@@ -184,7 +184,6 @@ def test_unknown_group_choice_is_caught_before_hydra(argv: list[str], key: str) 
 def test_known_group_choices_pass() -> None:
     check_command_line(
         [
-            "-m",
             "method=ar,mtad",
             "pair=tiny",
             "+experiment=smoke",
@@ -192,6 +191,7 @@ def test_known_group_choices_pass() -> None:
             "hydra/launcher=joblib",
         ],
         CONF,
+        multirun=True,
     )
     # a preset that sweeps (the paper presets run their recipes) takes several values too
     check_command_line(["+experiment=llama70b", "method.gamma=2,3"], CONF)
@@ -204,7 +204,8 @@ def test_known_group_choices_pass() -> None:
         (["method=ar", "method.gamma=4"], "method.gamma", "not a parameter of 'ar' (has "),
         (["pair.target.dtyp=x"], "pair.target.dtyp", "did you mean pair.target.dtype?"),
         (["runtime.seed=abc"], "runtime.seed", "must be an integer, got 'abc'"),
-        (["--cfg", "job", "method.tau=0.1,0.2"], "method.tau", "0.1,0.2 is several values"),
+        (["method.tau=0.1,0.2"], "method.tau", "0.1,0.2 is several values"),
+        (["method=sps,mtad"], "method", "sps,mtad is several values: add -m to run each"),
         (["method.gamma=[1"], "overrides", "no viable alternative at input '[1'"),
     ],
 )
