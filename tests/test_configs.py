@@ -315,3 +315,34 @@ def test_one_string_for_a_list_of_strings_is_one_item_not_its_characters() -> No
     assert build_task({"name": "prompts", "stop": ["a", "bc"]}).stop == ("a", "bc")
     with pytest.raises(ValueError, match=r"must be a non-empty list of ints >= 1, got 'abc'"):
         build_params("specinfer", branching="abc")
+
+
+def test_sweep_jobs_are_the_basic_sweepers_product_in_its_order() -> None:
+    """The sweep callback's job list (validated before any job starts, counted for Ctrl-C) is
+    the one Hydra's basic sweeper launches: the preset's params, a command-line value replacing
+    a param's in its place, then the cartesian product, first key outermost."""
+    from mtad.harness.callbacks import basic_sweeper, sweep_jobs
+
+    overrides = ["+experiment=smoke", "+sweep=mtad_grid", "method.gamma=2,3", "method.tau=0.5"]
+    cfg = check_command_line(overrides, CONF, multirun=True)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        jobs = sweep_jobs(cfg)
+    params = dict(cfg.hydra.sweeper.params)
+    assert basic_sweeper(cfg) and list(params) == [
+        "method.gamma",
+        "method.tau",
+        "method.beam_width",
+    ]
+    widths = params["method.beam_width"].split(",")
+    expected = [
+        [
+            "method.gamma=" + g,
+            "method.tau=0.5",
+            "method.beam_width=" + b,
+            "+experiment=smoke",
+            "+sweep=mtad_grid",
+        ]
+        for g in ("2", "3")
+        for b in widths
+    ]
+    assert jobs == expected
