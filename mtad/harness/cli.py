@@ -21,7 +21,12 @@ from typing import Any, NoReturn
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (
+    CompactHydraException,
+    ConfigCompositionException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from mtad.config_types import describe, hints, unknown_key
@@ -53,6 +58,9 @@ def run_app(main: Callable[[], Any], argv: Sequence[str], conf_dir: Path = CONF)
         main()
     except COMPOSITION_ERRORS as err:
         report_config_error(composition_error(err, command_line_overrides(argv), conf_dir))
+    except CompactHydraException as err:  # e.g. a callback that cannot be built: as Hydra
+        print(err, file=sys.stderr)  # prints these, without a traceback, and exits 1
+        sys.exit(1)
 
 
 def command_line_overrides(argv: Sequence[str]) -> list[Override]:
