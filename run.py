@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import hydra
 from omegaconf import DictConfig
 
-from mtad.harness.cli import check_command_line, report_config_error
+from mtad.harness.cli import report_config_error, run_app
 from mtad.harness.config import ConfigError, register_configs
 from mtad.harness.interrupt import exit_interrupted
 
@@ -33,8 +33,8 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> RunOutcome | None:
-    # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and the
-    # group-choice check (under __main__) do not need.
+    # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and a
+    # command line Hydra cannot compose do not need.
     from mtad.harness.job import run_from_hydra
     from mtad.runs.folder import ResultsNotWritten
 
@@ -53,12 +53,8 @@ if __name__ == "__main__":
     # its run's stream open there, and the rerun's resume of the same run id would be refused
     # ("run ID ... is in use"). Each run.py owns its W&B service.
     os.environ.pop("WANDB_SERVICE", None)
-    try:
-        check_command_line(sys.argv[1:], CONF_DIR)
-    except ConfigError as err:
-        report_config_error(err)
     register_configs()
     try:
-        main()
+        run_app(main, sys.argv[1:], CONF_DIR)  # Hydra's composition errors: one line, exit 2
     except KeyboardInterrupt:  # Ctrl-C: one line, exit 130 (mtad/harness/interrupt.py)
         exit_interrupted(sweep=bool({"-m", "--multirun"} & set(sys.argv[1:])))

@@ -2,9 +2,9 @@
 line naming the key (or, for rows marked *accepted*, means what the table says).
 
 Rows are checked in-process through what ``run.py`` runs before Hydra's task function loads
-anything (group-choice check, composition, :func:`mtad.harness.job.prepare`), with model
-loading patched to fail; a few rows also go through ``run.py`` itself (exit status 2, one line
-on stderr, nothing written), including a sweep whose second job is bad.
+anything (Hydra's composition, its error made one line, :func:`mtad.harness.job.prepare`),
+with model loading patched to fail; a few rows also go through ``run.py`` itself (exit status
+2, one line on stderr, nothing written), including a sweep whose second job is bad.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from command_line import check_command_line
 from hydra import compose, initialize_config_dir
 
-from mtad.harness.cli import check_command_line
 from mtad.harness.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,7 +172,7 @@ def run_py(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         "runtime.device=mps",
         "+foo=1",
         "method=sps method.gamma=1000",
-        "runtime.seed=abc",  # refused before Hydra runs (its error is multi-line)
+        "runtime.seed=abc",  # Hydra's own error spans lines
         "method.gama=4",  # a typo: Hydra's error spans lines
         "method.gamma=2,3",  # a sweep without -m: Hydra's error spans lines
         "energy.measure_power_secs=nan",
@@ -187,6 +187,15 @@ def test_run_py_exits_2_with_the_table_line(inp: str, tmp_path: Path) -> None:
     assert out.returncode == 2, out.stderr[-2000:]
     assert out.stderr.splitlines() == [f"error: {row[1]}: {row[2]}"]
     assert not (tmp_path / "results").exists() and not (tmp_path / "wandb").exists()
+
+
+def test_cfg_job_with_several_values_is_one_line(tmp_path: Path) -> None:
+    """``--cfg job`` composes as a single run: a sweep there is Hydra's multi-line error too."""
+    out = run_py("+experiment=smoke", "method.tau=0.1,0.2", "--cfg", "job", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.splitlines() == [
+        "error: method.tau: 0.1,0.2 is several values: add -m to run each, or [0.1,0.2] for a list"
+    ]
 
 
 def test_sweep_with_one_bad_job_runs_nothing(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from command_line import check_command_line
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.engine.spec import ModelSpec
-from mtad.harness.cli import check_command_line
 from mtad.harness.config import ConfigError, validate
 from mtad.runs.identity import RunIdentity
 
@@ -184,7 +184,6 @@ def test_unknown_group_choice_is_caught_before_hydra(argv: list[str], key: str) 
 def test_known_group_choices_pass() -> None:
     check_command_line(
         [
-            "-m",
             "method=ar,mtad",
             "pair=tiny",
             "+experiment=smoke",
@@ -192,6 +191,7 @@ def test_known_group_choices_pass() -> None:
             "hydra/launcher=joblib",
         ],
         CONF,
+        multirun=True,
     )
     # a preset that sweeps (the paper presets run their recipes) takes several values too
     check_command_line(["+experiment=llama70b", "method.gamma=2,3"], CONF)
@@ -204,7 +204,8 @@ def test_known_group_choices_pass() -> None:
         (["method=ar", "method.gamma=4"], "method.gamma", "not a parameter of 'ar' (has "),
         (["pair.target.dtyp=x"], "pair.target.dtyp", "did you mean pair.target.dtype?"),
         (["runtime.seed=abc"], "runtime.seed", "must be an integer, got 'abc'"),
-        (["--cfg", "job", "method.tau=0.1,0.2"], "method.tau", "0.1,0.2 is several values"),
+        (["method.tau=0.1,0.2"], "method.tau", "0.1,0.2 is several values"),
+        (["method=sps,mtad"], "method", "sps,mtad is several values: add -m to run each"),
         (["method.gamma=[1"], "overrides", "no viable alternative at input '[1'"),
     ],
 )
@@ -314,3 +315,34 @@ def test_one_string_for_a_list_of_strings_is_one_item_not_its_characters() -> No
     assert build_task({"name": "prompts", "stop": ["a", "bc"]}).stop == ("a", "bc")
     with pytest.raises(ValueError, match=r"must be a non-empty list of ints >= 1, got 'abc'"):
         build_params("specinfer", branching="abc")
+
+
+def test_sweep_jobs_are_the_basic_sweepers_product_in_its_order() -> None:
+    """The sweep callback's job list (validated before any job starts, counted for Ctrl-C) is
+    the one Hydra's basic sweeper launches: the preset's params, a command-line value replacing
+    a param's in its place, then the cartesian product, first key outermost."""
+    from mtad.harness.callbacks import basic_sweeper, sweep_jobs
+
+    overrides = ["+experiment=smoke", "+sweep=mtad_grid", "method.gamma=2,3", "method.tau=0.5"]
+    cfg = check_command_line(overrides, CONF, multirun=True)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        jobs = sweep_jobs(cfg)
+    params = dict(cfg.hydra.sweeper.params)
+    assert basic_sweeper(cfg) and list(params) == [
+        "method.gamma",
+        "method.tau",
+        "method.beam_width",
+    ]
+    widths = params["method.beam_width"].split(",")
+    expected = [
+        [
+            "method.gamma=" + g,
+            "method.tau=0.5",
+            "method.beam_width=" + b,
+            "+experiment=smoke",
+            "+sweep=mtad_grid",
+        ]
+        for g in ("2", "3")
+        for b in widths
+    ]
+    assert jobs == expected

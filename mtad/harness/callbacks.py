@@ -1,16 +1,17 @@
 """Hydra callbacks of a sweep (``-m``): every job validated before any starts, a summary at the end.
 
 :class:`ValidateSweep` (``on_multirun_start``) expands the sweep into its jobs exactly as
-Hydra's basic sweeper will (Hydra's override parser and ``BasicSweeper.split_arguments`` over
-``hydra.sweeper.params`` plus the command line), composes each job's config with Hydra's own
-config loader (``load_sweep_config``, what the launcher does per job) and runs
-:func:`mtad.harness.prepare.prepare` on it: every value, device, weights, vocabularies, token
-budget and output folder. The first bad job stops the command before any job starts, with one
-line naming the key and the job's overrides, and exit status 2. Why here and not in the
-sweeper: a custom sweeper must live in the ``hydra_plugins`` namespace package (Hydra refuses
-others), and validating inside each job would let the good jobs before a bad one run first.
-Sweepers other than the basic one (Optuna, Ax) choose jobs as they go; their jobs are checked
-one by one at run time, where a bad one fails (``failed.json``) without stopping the others.
+Hydra's basic sweeper will (Hydra's override parser over ``hydra.sweeper.params`` plus the
+command line, every value of each sweep, their cartesian product in that order), composes
+each job's config with Hydra's own config loader (``load_sweep_config``, what the launcher
+does per job) and runs :func:`mtad.harness.prepare.prepare` on it: every value, device,
+weights, vocabularies, token budget and output folder. The first bad job stops the command
+before any job starts, with one line naming the key and the job's overrides, and exit status
+2. Why here and not in the sweeper: a custom sweeper must live in the ``hydra_plugins``
+namespace package (Hydra refuses others), and validating inside each job would let the good
+jobs before a bad one run first. Sweepers other than the basic one (Optuna, Ax) choose jobs
+as they go; their jobs are checked one by one at run time, where a bad one fails
+(``failed.json``) without stopping the others.
 
 :class:`SweepSummary` (``on_multirun_end``): every job leaves ``result.json`` (signature,
 result folder, status) in its Hydra output folder; they are gathered from the sweep folder, so
@@ -23,12 +24,12 @@ of the sweep's methods and the verdicts of the preset's claims.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
@@ -43,7 +44,8 @@ from mtad.runs.frame import load_runs
 
 POINTER_FILE = "result.json"
 EXIT_JOBS_FAILED = 1
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+# Hydra's basic sweeper: its class, as hydra/sweeper=basic (Hydra's default) sets it
+BASIC_SWEEPER_CLASS = "BasicSweeper"
 
 
 def write_pointer(output_dir: str | Path, info: dict[str, Any]) -> None:
@@ -60,14 +62,31 @@ def read_pointers(sweep_dir: str | Path) -> list[dict[str, Any]]:
     return pointers
 
 
+def basic_sweeper(config: DictConfig) -> bool:
+    """Whether Hydra's basic sweeper runs the sweep ``config`` (its jobs are known up front)."""
+    # By the class name: the class's module path is Hydra's private package, which nothing
+    # here imports or names (the recipe sweeper and Optuna or Ax have other names).
+    target = str(config.hydra.sweeper.get("_target_", ""))
+    return target.rpartition(".")[2] == BASIC_SWEEPER_CLASS
+
+
 def sweep_jobs(config: DictConfig) -> list[list[str]]:
-    """The override lists of every job of the sweep ``config`` will run (basic sweeper)."""
+    """The override lists of every job of the sweep ``config`` will run, in the basic sweeper's
+    order: each key's values (a later ``key=...`` replaces an earlier one), then their product."""
     params = config.hydra.sweeper.get("params") or {}
     arguments = [f"{key}={value}" for key, value in params.items()]
     arguments += list(config.hydra.overrides.task)
     parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
-    batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
-    return [list(job) for batch in batches for job in batch]
+    values: dict[str, list[str]] = {}
+    for override in parser.parse_overrides(arguments):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:  # interval(...): the basic sweeper refuses it too
+            raise ConfigError(key, f"{override.input_line}: the basic sweeper takes no interval")
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 def validate_sweep(config: DictConfig) -> int:
@@ -99,7 +118,7 @@ class ValidateSweep(Callback):
     """Every job of a sweep is validated before any starts (see the module docstring)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
+        if not basic_sweeper(config):
             return
         try:
             n = validate_sweep(config)

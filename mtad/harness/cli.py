@@ -1,36 +1,41 @@
-"""The command line checked before Hydra runs anything: one line naming the key, exit status 2.
+"""Hydra's own errors about a command line, made one line naming the key: exit status 2.
 
-Hydra reports a bad command line (an unknown group choice, a typo in a key, a value of the
-wrong type for a key of the structured config, a sweep without ``-m``) as multi-line errors,
-some only after the job started. ``run.py`` first composes the config exactly as Hydra will
-(its own argument parser and config loader, :func:`check_command_line`) and turns the first
-error into a :class:`ConfigError` naming the key the user wrote (:func:`composition_error`);
-the sweep callback does the same for every job of a sweep
+Hydra composes the command line itself (``run.py``'s ``@hydra.main``); a bad one (an unknown
+group choice, a typo in a key, a value of the wrong type for a key of the structured config,
+a sweep without ``-m``, an override that does not parse) is a
+:class:`~hydra.errors.ConfigCompositionException` or an
+:class:`~hydra.errors.OverrideParseException`, which Hydra would print over several lines.
+:func:`run_app` has Hydra raise them instead and :func:`composition_error` names the key the
+user wrote. The sweep callback does the same for every job of a sweep
 (:func:`mtad.harness.callbacks.validate_sweep`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from hydra import initialize_config_dir
-from hydra._internal.utils import get_args_parser
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import MissingConfigException
-from hydra.types import RunMode
+from hydra.errors import (
+    CompactHydraException,
+    ConfigCompositionException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from mtad.config_types import describe, hints, unknown_key
-from mtad.harness.config import ConfigError, RunConfig, register_configs
+from mtad.harness.config import ConfigError, RunConfig
 
 EXIT_CONFIG_ERROR = 2
 CONF = Path(__file__).resolve().parents[2] / "conf"
+# What Hydra raises for a command line it cannot compose (before the task function runs)
+COMPOSITION_ERRORS = (ConfigCompositionException, OverrideParseException)
 
 
 def report_config_error(err: ConfigError) -> NoReturn:
@@ -42,37 +47,33 @@ def group_options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
-def check_command_line(argv: list[str], conf_dir: Path) -> None:
-    """Compose ``argv`` as ``run.py``'s Hydra will and raise :class:`ConfigError` for its first
-    error; a sweep (several values for one key) needs ``-m`` (or a preset that sweeps).
-    Commands that compose nothing (``--help``, ``--info``, another config) are left to Hydra;
-    the jobs of a sweep are checked by the sweep callback before any starts."""
-    args = get_args_parser().parse_args(argv)
-    elsewhere = (args.config_path, args.config_name, args.config_dir, args.experimental_rerun)
-    if args.help or args.hydra_help or args.shell_completion or args.info or any(elsewhere):
-        return
-    overrides = parse_overrides(list(args.overrides))
-    register_configs()
-    with initialize_config_dir(config_dir=str(conf_dir.resolve()), version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        try:  # what Hydra composes to learn the run mode, with the same errors as the run
-            cfg = loader.load_configuration(
-                "config",
-                list(args.overrides),
-                run_mode=RunMode.MULTIRUN,
-                validate_sweep_overrides=False,
-            )
-        except Exception as err:  # noqa: BLE001 - Hydra and OmegaConf raise many kinds
-            raise composition_error(err, overrides, conf_dir) from err
-    if args.multirun or cfg.hydra.mode == RunMode.MULTIRUN:
-        return  # the sweep callback checks every job before any starts
-    for ov in overrides:
-        if ov.is_sweep_override():
-            value = ov.input_line.split("=", 1)[1]
-            as_list = "" if (conf_dir / ov.key_or_group).is_dir() else f", or [{value}] for a list"
-            raise ConfigError(
-                ov.key_or_group, f"{value} is several values: add -m to run each{as_list}"
-            )
+def run_app(main: Callable[[], Any], argv: Sequence[str], conf_dir: Path = CONF) -> None:
+    """Run the ``@hydra.main`` function ``main`` on the command line ``argv``; a command line
+    Hydra cannot compose ends with one line naming the key and exit status 2."""
+    # Hydra prints a composition error over several lines and exits 1 unless its documented
+    # switch HYDRA_FULL_ERROR is set; set, it raises the error, to be named here on one line.
+    # (Errors of the run itself then show their full traceback, Hydra's frames included.)
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except COMPOSITION_ERRORS as err:
+        report_config_error(composition_error(err, command_line_overrides(argv), conf_dir))
+    except CompactHydraException as err:  # e.g. a callback that cannot be built: as Hydra
+        print(err, file=sys.stderr)  # prints these, without a traceback, and exits 1
+        sys.exit(1)
+
+
+def command_line_overrides(argv: Sequence[str]) -> list[Override]:
+    """The ``key=value`` overrides of ``argv`` that parse (Hydra's parser), to name their values
+    in messages: flags (``-m``, ``--cfg job``) and their values are no overrides."""
+    parser = OverridesParser.create()
+    found = []
+    for arg in argv:
+        try:
+            found.append(parser.parse_override(arg))
+        except Exception:  # noqa: BLE001, S112 - not an override (a flag, a flag's value)
+            continue
+    return found
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Override]:
@@ -94,7 +95,8 @@ def composition_error(
     cause = _omegaconf_cause(err)
     key = getattr(cause, "full_key", None)
     if cause is None or not key:
-        return ConfigError("overrides", _first_line(err))
+        several = _several_values(err, overrides, conf_dir)
+        return several or ConfigError("overrides", _first_line(err))
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return _unknown_key_error(str(key), getattr(cause, "parent_node", None))
     value = next((ov.value() for ov in overrides if ov.key_or_group == key), None)
@@ -102,6 +104,23 @@ def composition_error(
     if annotation is not None and value is not None:
         return ConfigError(str(key), f"must be {describe(annotation)}, got {value!r}")
     return ConfigError(str(key), _first_line(cause))
+
+
+def _several_values(
+    err: BaseException, overrides: Sequence[Override], conf_dir: Path
+) -> ConfigError | None:
+    """Hydra refuses a sweep (``key=a,b``) outside ``-m`` with a composition error of its own,
+    caused by no config value, that quotes the override."""
+    if not isinstance(err, ConfigCompositionException) or isinstance(err, MissingConfigException):
+        return None
+    for ov in overrides:
+        if ov.is_sweep_override() and f"'{ov.input_line}'" in str(err):
+            value = ov.input_line.split("=", 1)[1]
+            as_list = "" if (conf_dir / ov.key_or_group).is_dir() else f", or [{value}] for a list"
+            return ConfigError(
+                ov.key_or_group, f"{value} is several values: add -m to run each{as_list}"
+            )
+    return None
 
 
 def _omegaconf_cause(err: BaseException) -> OmegaConfBaseException | None:

@@ -82,12 +82,17 @@ class PairConfig:
 @dataclass
 class RuntimeConfig:
     device: str = "cpu"
-    threads: int | None = None  # torch intra-op threads; null keeps torch's default
+    # torch.set_num_threads; null keeps torch's default (the thread count is recorded either
+    # way). 1 because our 2-core machines are shared: with other jobs running, 2 threads made
+    # SmolLM2 decoding 2x and its prefill 9x slower than 1 (spinning threads oversubscribe the
+    # cores). Dedicated CPU boxes: runtime.threads=null. GPU presets set null.
+    threads: int | None = 1
     seed: int = 0
     warmup_tokens: int = 8  # one untimed generation of this many tokens first; 0 = none
     progress: bool = True  # tqdm bar over prompts
-    # logits head: auto (CPU-friendly projection for float32 CPU models, see
-    # mtad.engine.heads.CPUHeadLM), stock (the model's own lm_head call) or fast (force)
+    # logits head: auto (float32 CPU models with a large vocabulary project logits with
+    # mtad.engine.heads.CPUHeadLM: 2x faster on our CPUs, same logits to ~1e-6), stock (the
+    # model's own lm_head call) or fast (force)
     head: str = "auto"
 
     def __post_init__(self) -> None:

@@ -76,10 +76,10 @@ class InterruptReport(Callback):
     """Counts the jobs for :func:`exit_interrupted` (see the module docstring)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from mtad.harness.callbacks import BASIC_SWEEPER, sweep_jobs
+        from mtad.harness.callbacks import basic_sweeper, sweep_jobs
 
         PROGRESS.sweep = True
-        if str(config.hydra.sweeper.get("_target_")) == BASIC_SWEEPER:
+        if basic_sweeper(config):
             PROGRESS.jobs = sweep_jobs(config)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from mtad.harness.config import ConfigError, register_configs
@@ -119,9 +120,9 @@ def hydra_composer(conf_dir: Path = CONF) -> Iterator[Composer]:
 
 class CachedComposer:
     """Compose each distinct set of config-group choices once, then apply the plain value
-    overrides to a copy, exactly as Hydra does after composing (its own
-    ``_apply_overrides_to_config``). A paper plan is hundreds of runs but a few dozen group
-    choice sets (pair x method x task), and one Hydra composition costs ~0.2-0.4 s.
+    overrides to a copy, as Hydra does after composing (:func:`apply_value_overrides`). A
+    paper plan is hundreds of runs but a few dozen group choice sets (pair x method x task),
+    and one Hydra composition costs ~0.2-0.4 s.
     ``tests/test_paper.py`` checks the result equals a direct composition."""
 
     def __init__(self, compose: Composer, conf_dir: Path = CONF) -> None:
@@ -140,8 +141,32 @@ class CachedComposer:
         if groups not in self.cache:
             self.cache[groups] = self.compose(list(groups))
         cfg = copy.deepcopy(self.cache[groups])
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        apply_value_overrides(values, cfg)
         return cfg
+
+
+def apply_value_overrides(overrides: Sequence[Override], cfg: DictConfig) -> None:
+    """Apply ``key=value``, ``+key=value``, ``++key=value`` and ``~key`` to a composed ``cfg``
+    with OmegaConf's public API, as Hydra applies them after composing (Hydra's own function
+    for it is private to its config loader)."""
+    for override in overrides:
+        key, value = override.key_or_group, override.value()
+        if override.is_delete():
+            parent, _, name = key.rpartition(".")
+            node = OmegaConf.select(cfg, parent) if parent else cfg
+            if not isinstance(node, DictConfig) or name not in node:
+                raise ConfigCompositionException(f"Could not delete from config: no {key}")
+            with open_dict(cfg):
+                del node[name]
+        elif override.is_add() and not isinstance(value, (dict, list)) and _is_set(cfg, key):
+            raise ConfigCompositionException(f"Could not append to config: {key} is set")
+        else:
+            adding = override.is_add() or override.is_force_add()
+            OmegaConf.update(cfg, key, value, merge=True, force_add=adding)
+
+
+def _is_set(cfg: DictConfig, key: str) -> bool:
+    return OmegaConf.select(cfg, key, throw_on_missing=False) is not None
 
 
 def _without_hydra(cfg: DictConfig) -> DictConfig:
