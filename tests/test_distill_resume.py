@@ -338,12 +338,10 @@ def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_r
         cmd[cmd.index("--ckpt-every-s") + 1] = "3600"
         return cmd
 
-    straight = subprocess.run(
-        continued("s"), env=_env(), capture_output=True, text=True, timeout=600
-    )
-    assert straight.returncode == 0, straight.stderr[-2000:]
+    whole = subprocess.run(continued("s"), env=_env(), capture_output=True, text=True, timeout=600)
+    assert whole.returncode == 0, whole.stderr[-2000:]
     filled = "teacher top-16 computed for"
-    assert filled in straight.stdout + straight.stderr
+    assert filled in whole.stdout + whole.stderr
 
     proc = subprocess.Popen(
         continued("k"), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -379,6 +379,11 @@ def _run_cgroups() -> list[Path]:
     return [p for f in folders for p in f.glob(f"mtad-sandbox-{os.getpid()}-*")]
 
 
+def _children() -> set[int]:
+    """This process's descendants, zombies included."""
+    return {c.pid for c in psutil.Process().children(recursive=True)}
+
+
 @pytest.mark.parametrize(
     "source",
     [
@@ -392,12 +397,12 @@ def _run_cgroups() -> list[Path]:
 def test_every_process_is_reaped_before_the_result_returns(source: str) -> None:
     """Not one process of the run (zombies included: bwrap's init was left for the host's pid 1
     to reap) remains once run_python returns, and its cgroup is gone."""
+    before = _children()  # a shared pytest worker may hold other tests' children
     r = run_python(source, SandboxLimits(wall_s=1.5))
     assert r.uid is not None or os.geteuid() != 0
     if r.uid is not None:
         assert _processes_of(r.uid) == []
-    me = psutil.Process()
-    assert [c.pid for c in me.children(recursive=True)] == []
+    assert _children() - before == set()
     assert _run_cgroups() == []
 
 
@@ -409,6 +414,7 @@ def test_every_process_of_a_served_run_is_reaped_when_the_checker_is_done(
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
     serving = sandbox.Serving("f", request_r, reply_w, until=lambda s: time.sleep(0.5) or True)
+    before = _children()
     try:
         r = run_python("def f():\n    return 1\n", SandboxLimits(wall_s=10.0), serve=serving)
     finally:
@@ -417,7 +423,7 @@ def test_every_process_of_a_served_run_is_reaped_when_the_checker_is_done(
     assert r.status == "served"
     if r.uid is not None:
         assert _processes_of(r.uid) == []
-    assert [c.pid for c in psutil.Process().children(recursive=True)] == []
+    assert _children() - before == set()
 
 
 # -- finding a cgroup -------------------------------------------------------------------------
