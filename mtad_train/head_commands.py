@@ -157,18 +157,29 @@ def evalset(cfg: EvalsetCommand) -> None:
 
 
 # --- evaluation and report --------------------------------------------------------------------
+def heldout_shards(target32: torch.nn.Module, eval_data: str, eval_features: str):
+    """The held-out features as shards: a cache, completed from the committed ids when a shard
+    is missing (a float32 teacher pass that skips the complete shards), so a fresh clone
+    evaluates what a machine with the cache does."""
+    from mtad_train.features import teacher_pass
+    from mtad_train.head_train import ShardData
+
+    ids = read_ids(eval_data)
+    teacher_pass(target32, ids.lists(), ids.plens, Path(eval_features), progress=False)
+    return ShardData(feature_folders([eval_features]), need_final=True)
+
+
 def heldout(cfg: EvalCommand) -> None:
     """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
     from mtad.engine.feature_head import load_head
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab
     from mtad_train.head_eval import depth_acceptance
-    from mtad_train.head_train import ShardData
 
     torch.set_num_threads(cfg.threads)
-    target, _ = load_smollm2_target("bfloat16")
+    target, _ = load_smollm2_target("float32")
     head = load_head(cfg.head, target, read_vocab(cfg.head)).float()
-    data = ShardData(feature_folders([cfg.eval_features]), need_final=head.spec.taps == [-1])
+    data = heldout_shards(target, cfg.eval_data, cfg.eval_features)
     kinds = read_kinds(cfg.eval_data)
     res = depth_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
     for kind, row in res.items():
@@ -213,13 +224,12 @@ def _report_acceptance(cfg: ReportCommand, folder: Path) -> dict[str, Any]:
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab, restrict_vocab
     from mtad_train.head_eval import depth_acceptance, model_draft_acceptance
-    from mtad_train.head_train import ShardData
 
     torch.set_num_threads(cfg.threads)
     autocast = use_autocast(cfg.autocast)
     target, _ = load_smollm2_target("float32")
     head = load_head(folder, target, read_vocab(folder)).float()
-    data = ShardData(feature_folders([cfg.eval_features]), need_final=head.spec.taps == [-1])
+    data = heldout_shards(target, cfg.eval_data, cfg.eval_features)
     kinds = read_kinds(cfg.eval_data)
     res = {"head": depth_acceptance(head, data, kinds, cfg.depths, autocast=autocast)}
     if cfg.compare_draft:
@@ -407,7 +417,6 @@ def cumulative(cfg: CumulativeConfig) -> None:
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.runs.hardware import cpu_hardware
     from mtad_train.cumulative import Source, head_for_training, run_session
-    from mtad_train.features import teacher_pass
     from mtad_train.head_eval import depth_acceptance
     from mtad_train.head_train import ShardData
 
@@ -427,9 +436,7 @@ def cumulative(cfg: CumulativeConfig) -> None:
         # the held-out features are a cache: completed from the committed ids when a shard is
         # missing (a float32 teacher pass, skipping the complete shards) at the first export
         if not eval_data:
-            ids = read_ids(cfg.eval_data)
-            teacher_pass(target32, ids.lists(), ids.plens, eval_dir, progress=False)
-            eval_data.append(ShardData(feature_folders([str(eval_dir)]), need_final=True))
+            eval_data.append(heldout_shards(target32, cfg.eval_data, str(eval_dir)))
         return depth_acceptance(h, eval_data[0], kinds, cfg.eval_depths, autocast=autocast)
 
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]

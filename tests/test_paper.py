@@ -587,12 +587,6 @@ def test_the_cost_model_follows_the_dtype_the_host_runs(tmp_path: Path) -> None:
     assert plan.estimate_s() == pytest.approx(expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the committed CPU reference was rendered before ratio intervals moved to the log "
-    "scale (energy ratio 1.38x [-0.03x, 2.79x]); its run folders are not in the repository, so "
-    "it is re-rendered with the next CPU reference run (this test then passes: drop the mark)",
-)
 def test_the_committed_reference_has_no_non_positive_ratio_bound() -> None:
     bounds = factor_bounds(REPO / "results" / "reference")
     assert bounds
@@ -643,11 +637,6 @@ def test_an_export_rerenders_from_its_records_with_no_run_folder(
     assert figures and figures == {p.name for p in (rerendered / "figures").glob("*.png")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the committed CPU reference predates records/ (its run folders lived on one "
-    "machine): the next CPU reference run exports them (issue 35 item 4; drop the mark then)",
-)
 def test_the_committed_reference_rerenders_to_its_tables(tmp_path: Path) -> None:
     reference = REPO / "results" / "reference" / "cpu"
     out, _ = _reproduce(tmp_path, "--records", str(reference / "records"), "--no-wandb")
