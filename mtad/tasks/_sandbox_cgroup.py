@@ -32,10 +32,11 @@ import itertools
 import logging
 import os
 import secrets
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mtad.tasks._sandbox_procs import kill_until_gone
 
 log = logging.getLogger("mtad.tasks.sandbox")
 
@@ -240,15 +241,9 @@ class RunCgroup:
         if kill_file is not None and kill_file.exists():
             with contextlib.suppress(OSError):
                 _write(kill_file, "1")
-        for _ in range(500):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.002)
-        log.error("sandbox: processes survived SIGKILL in its cgroup: %s", self.pids())
+        survivors = kill_until_gone(self.pids, attempts=500, pause_s=0.002)
+        if survivors:
+            log.error("sandbox: processes survived SIGKILL in its cgroup: %s", survivors)
 
     def close(self) -> None:
         """Kill what is left, then remove the folders (an exiting process may keep one busy for

@@ -177,15 +177,23 @@ def kill_everything(proc: subprocess.Popen, uid: int | None) -> None:
     proc.wait()
     if uid is None:
         return
-    for _ in range(200):
-        pids = processes_of_uid(uid)
+    survivors = kill_until_gone(lambda: processes_of_uid(uid), attempts=200, pause_s=0.01)
+    if survivors:
+        log.error("sandbox: processes of uid %d survived SIGKILL: %s", uid, survivors)
+
+
+def kill_until_gone(list_pids, attempts: int, pause_s: float) -> list[int]:
+    """SIGKILL every pid ``list_pids()`` names until it names none (a forking process may add
+    a child between the read and the kill, so loop); the survivors after ``attempts``."""
+    for _ in range(attempts):
+        pids = list_pids()
         if not pids:
-            return
+            return []
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
-    log.error("sandbox: processes of uid %d survived SIGKILL: %s", uid, processes_of_uid(uid))
+        time.sleep(pause_s)
+    return list(list_pids())
 
 
 def wait_exit(proc: subprocess.Popen, timeout: float, *, reap: bool = True) -> bool:
