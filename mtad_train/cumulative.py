@@ -69,8 +69,9 @@ class CumulativeConfig:
         default_factory=lambda: [
             "assets/drafts/smollm2-draft/data.npz=2",
             "assets/drafts/smollm2-head/corpus.npz=1",
+            "assets/drafts/smollm2-head/onpolicy=3",
         ]
-    )  # PATH=WEIGHT: committed ids; weight = share of positions drawn per position of the rest
+    )  # PATH=WEIGHT: committed ids (a file, or a folder of shards); weight = share of positions
     eval_data: str = "assets/evalsets/smollm2-heldout.npz"
     eval_features: str = ".dev/head/features/heldout"  # cache, rebuilt when absent (float32)
     ckpt_dir: str = ".dev/head/cumulative"
@@ -121,29 +122,54 @@ class CumulativeConfig:
 # --- the data stream -------------------------------------------------------------------------
 @dataclass
 class Source:
-    """One committed id file in the ``data.npz`` layout (tokens, lens, plens)."""
+    """Committed ids in the ``data.npz`` layout (tokens, lens, plens): one file, or a folder of
+    shards that grows (:mod:`mtad_train.respond`'s ``manifest.json`` lists them), re-read at
+    the start of each of its epochs so a running session trains on shards written meanwhile."""
 
     path: str
     weight: float
     seqs: list[np.ndarray]
     plens: list[int]
-    _orders: dict[tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    max_len: int = 1024
+    folder: bool = False  # a folder of shards (a path without a suffix: it may not exist yet)
+    files: list[str] = field(default_factory=list)  # the files read
+    _orders: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, spec: str, max_len: int) -> Source:
         path, _, w = spec.partition("=")
-        ids = read_ids(path)
-        return cls(path, float(w or 1.0), [s[:max_len] for s in ids.seqs], ids.plens)
+        folder = Path(path).is_dir() or not Path(path).suffix
+        src = cls(path, float(w or 1.0), [], [], max_len, folder)
+        if folder:
+            src.refresh()
+        else:
+            src._add(path)
+        return src
+
+    def _add(self, file: str | Path) -> None:
+        ids = read_ids(file)
+        self.seqs += [s[: self.max_len] for s in ids.seqs]
+        self.plens += ids.plens
+        self.files.append(str(file))
+
+    def refresh(self) -> None:
+        """A folder source: read the shards its manifest lists that are not read yet."""
+        from mtad_train.respond import shard_paths
+
+        if self.folder:
+            for f in shard_paths(self.path)[len(self.files) :]:
+                self._add(f)
 
     @property
     def name(self) -> str:
         return self.path
 
-    def order(self, seed: int, epoch: int) -> np.ndarray:
-        key = (seed, epoch)
+    def order(self, seed: int, epoch: int, size: int) -> np.ndarray:
+        """The epoch's permutation of the first ``size`` sequences (those there when it began)."""
+        key = (seed, epoch, size)
         if key not in self._orders:  # one permutation per epoch, drawn from many times
             rng = np.random.default_rng([seed, epoch, _stable_int(self.path)])
-            self._orders = {key: rng.permutation(len(self.seqs))}
+            self._orders = {key: rng.permutation(size)}
         return self._orders[key]
 
 
@@ -156,6 +182,14 @@ class SourceCursor:
     epoch: int = 0
     next: int = 0  # index into the epoch's permutation
     positions: int = 0  # positions drawn from this source so far (all sessions)
+    size: int = 0  # sequences in this epoch's permutation (0: the source's size, fixed at start)
+    # a source that joins later starts at the others' level (positions per unit of weight)
+    # rather than at zero, so it is drawn at its weight from then on instead of exclusively
+    # until it has caught up
+    offset: float = 0.0
+
+    def level(self, weight: float) -> float:
+        return (self.positions + self.offset) / weight
 
 
 def draw_step(
@@ -163,20 +197,34 @@ def draw_step(
 ) -> list[tuple[int, int]]:
     """``(source index, sequence index)`` pairs of about ``tokens`` positions; advances
     ``cursor``. Each sequence comes from the source whose positions drawn per unit of weight
-    are fewest (deterministic given the cursor)."""
+    are fewest (deterministic given the cursor and the shards on disk); a source without
+    sequences (a folder with no shard yet) is skipped and looked at again next step."""
     for s in sources:
-        cursor.setdefault(s.name, SourceCursor())
+        if not s.seqs:
+            s.refresh()
+    live = [i for i, s in enumerate(sources) if s.seqs]
+    if not live:
+        raise ValueError(f"no sequences in any source: {[s.path for s in sources]}")
+    known = [
+        cursor[sources[i].name].level(sources[i].weight) for i in live if sources[i].name in cursor
+    ]
+    for i in live:
+        if sources[i].name not in cursor:
+            cursor[sources[i].name] = SourceCursor(
+                offset=min(known, default=0.0) * sources[i].weight
+            )
     picked, acc = [], 0
     while acc < tokens:
-        si = min(
-            range(len(sources)),
-            key=lambda i: (cursor[sources[i].name].positions / sources[i].weight, i),
-        )
+        si = min(live, key=lambda i: (cursor[sources[i].name].level(sources[i].weight), i))
         src, cur = sources[si], cursor[sources[si].name]
-        j = int(src.order(seed, cur.epoch)[cur.next])
+        if cur.next == 0:
+            src.refresh()
+            cur.size = len(src.seqs)
+        size = min(cur.size or len(src.seqs), len(src.seqs))
+        j = int(src.order(seed, cur.epoch, size)[cur.next])
         cur.next += 1
-        if cur.next >= len(src.seqs):
-            cur.epoch, cur.next = cur.epoch + 1, 0
+        if cur.next >= size:
+            cur.epoch, cur.next, cur.size = cur.epoch + 1, 0, 0
         n = len(src.seqs[j])
         cur.positions += n
         acc += n

@@ -29,6 +29,7 @@ from mtad_train.config import (
 )
 from mtad_train.cumulative import CumulativeConfig
 from mtad_train.ids import read_ids, read_kinds, write_ids
+from mtad_train.respond import RespondCommand, respond
 
 
 def use_autocast(choice: str) -> bool:
@@ -456,6 +457,7 @@ COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "report": (ReportCommand, report, "a head folder's report, held-out table and curve"),
     "corpus": (CorpusCommand, corpus, "chat-formatted text from this disk, as uint16 ids"),
     "evalset": (EvalsetCommand, evalset, "held-out responses of the evaluation kinds"),
+    "respond": (RespondCommand, respond, "the target's responses to the prompt pool, as shards"),
     "train": (HeadTrainCommand, train, "train the head on stored features (resumable)"),
     "cumulative": (
         CumulativeConfig,

@@ -1,0 +1,252 @@
+"""On-policy training text for the feature head: the target's own responses to the offline
+prompt pool, generated in the background and committed as uint16 id shards.
+
+The head is judged on the target's responses (the held-out set is the target's warped samples),
+so the positions that teach it most are the target's own text in the shapes of those prompts
+(Medusa-2's self-distillation, Cai et al., 2024; HASS/EAGLE-3 also train on target-written
+data). Each call goes on where the last one stopped:
+
+* the prompts are the distillation pool's training items (:func:`mtad_train.prompts.prepare_pool`,
+  checked disjoint from every evaluation prompt), from ``manifest.json``'s ``next_item`` on;
+  prompts already in an ``--exclude`` file (the committed ``data.npz``) are skipped, and a
+  fraction of each batch are second turns of chats the target finished earlier in the run
+  (the MT-Bench turn-2 shape);
+* responses are sampled as the held-out set was (the authors' warping), in batches of prompts
+  of similar length (left padding costs a batched CPU generation up to half its speed);
+* a response sharing a word 8-gram with an evaluation prompt is dropped (counted);
+* every ``shard_every_s`` the sequences so far become one shard ``NNNN.npz`` (the
+  ``data.npz`` layout, atomically written), then the manifest advances; a kill loses at most
+  the sequences since the last shard, and a rerun regenerates exactly those prompts.
+
+The cumulative training reads the shards as one source (``onpolicy/*.npz``,
+:class:`mtad_train.cumulative.Source`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mtad.runs.atomic import write_atomic
+from mtad_train.cli import opt
+from mtad_train.ids import read_ids, write_ids
+
+MANIFEST = "manifest.json"
+WARP_TEXT = "temperature 1, top-k 10, top-p 0.9"  # mtad_train.objectives.AUTHORS_WARP
+
+
+@dataclass
+class RespondCommand:
+    """The target's responses to the prompt pool (on-policy head data), as id shards."""
+
+    out: str = "assets/drafts/smollm2-head/onpolicy"
+    pool: str = ".dev/distill_pool.jsonl.gz"  # built from this disk when absent
+    pool_seed: int = 0
+    first_item: int = opt(
+        6000, help="pool item to start from when the folder has no manifest yet"
+    )  # the committed data.npz drew its 3,072 prompts from the first ~3,000 items
+    exclude: list[str] = opt(
+        default_factory=lambda: ["assets/drafts/smollm2-draft/data.npz"],
+        nargs="*",
+        help="id files whose prompts are skipped",
+    )
+    batch_size: int = 32
+    max_new: int = 128
+    max_prompt_tokens: int = 448
+    followup_frac: float = 0.15
+    dtype: str = "auto"  # auto: bfloat16 on a CPU with native bfloat16, else float32
+    threads: int = 1
+    seed: int = 0
+    shard_every_s: float = 900.0
+    time_budget_s: float = opt(0.0, help="stop (writing a last shard) after this long; 0: never")
+    max_items: int = opt(0, help="stop after this many pool items; 0: never")
+    ngram: int = 8
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.max_new < 1:
+            raise ValueError("--batch-size and --max-new must be positive")
+        if not 0.0 <= self.followup_frac < 1.0:
+            raise ValueError("--followup-frac must be in [0, 1)")
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    path = folder / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {"shards": []}
+
+
+def shard_paths(folder: str | Path) -> list[Path]:
+    """The shards a manifest lists, in order (a shard file without its manifest entry, left
+    by a kill between the two writes, is not read)."""
+    folder = Path(folder)
+    return [folder / s["file"] for s in read_manifest(folder)["shards"]]
+
+
+def respond(cfg: RespondCommand) -> None:
+    """Load the pool (built when absent), the target and the evaluation prompts, then
+    :func:`write_responses`."""
+    import torch
+
+    from mtad.cpu import choose_dtype
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.config import DistillConfig
+    from mtad_train.evalsets import evaluation_texts
+    from mtad_train.head_commands import file_log
+    from mtad_train.prompts import prepare_pool
+
+    log = file_log(Path(".dev/head/respond.log"))
+    torch.set_num_threads(cfg.threads)
+    dtype, why = choose_dtype(cfg.dtype, "cpu")
+    log(f"respond: target {dtype} ({why})")
+    pool = prepare_pool(
+        DistillConfig(out="", pool=cfg.pool, pool_seed=cfg.pool_seed, max_steps=1), log
+    )
+    target, tok = load_smollm2_target(dtype)
+    write_responses(
+        cfg, target, tok, pool["train"], evaluation_texts(), pool["recipe"]["fingerprint"], log
+    )
+
+
+def write_responses(
+    cfg: RespondCommand,
+    target,
+    tok,
+    items: list[dict],
+    eval_texts: dict[str, list[str]],
+    pool_id: str,
+    log: Callable[[str], None],
+) -> None:
+    """Generate and write shards from the folder's ``next_item`` (or ``cfg.first_item``) on,
+    until the pool, the time budget or ``cfg.max_items`` ends or a SIGTERM comes."""
+    from mtad_train.cumulative import _stop_on_term
+    from mtad_train.data import encode_item, generate
+    from mtad_train.overlap import eval_index, overlaps
+    from mtad_train.prompts import FOLLOW_UPS
+
+    out = Path(cfg.out)
+    first = next(target.parameters())
+    dtype, device = str(first.dtype).removeprefix("torch."), first.device.type
+    grams, exact = eval_index(eval_texts, cfg.ngram)
+    seen = {tuple(s[:p].tolist()) for f in cfg.exclude for s, p in _prompts(f)}
+    manifest = read_manifest(out)
+    manifest.setdefault("pool", pool_id)
+    if manifest["pool"] != pool_id:
+        log(
+            f"note: this disk's pool {pool_id[:12]} differs from the manifest's "
+            f"{manifest['pool'][:12]}; items are read by index all the same"
+        )
+    cursor = int(manifest.get("next_item", cfg.first_item))
+    log(f"respond: from pool item {cursor} of {len(items)}; config {cfg}")
+    stop = _stop_on_term(log)
+    rng = random.Random(f"{cfg.seed}:{cursor}")
+    t0 = last_shard = time.monotonic()
+    start_item = first_item = cursor
+    seqs: list[list[int]] = []
+    plens: list[int] = []
+    kinds: list[str] = []
+    finished: list[tuple[dict, list[int]]] = []
+    dropped: Counter[str] = Counter()
+    batches = 0
+
+    def write_shard() -> None:
+        nonlocal seqs, plens, kinds, last_shard, start_item, dropped
+        if seqs:
+            name = f"{len(manifest['shards']):04d}.npz"
+            write_ids(out / name, seqs, plens, kinds, seed=cfg.seed, warp=WARP_TEXT)
+            resp = sum(len(s) - p for s, p in zip(seqs, plens, strict=True))
+            manifest["shards"].append(
+                {
+                    "file": name,
+                    "items": [start_item, cursor],
+                    "sequences": len(seqs),
+                    "positions": sum(map(len, seqs)),
+                    "response_tokens": resp,
+                    "dropped_for_overlap": dict(dropped),
+                    "dtype": dtype,
+                    "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
+            )
+            log(f"shard {name}: {len(seqs)} sequences, {resp} response tokens")
+        manifest["next_item"] = cursor
+        manifest["config"] = {k: v for k, v in asdict(cfg).items() if k != "time_budget_s"}
+        write_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+        seqs, plens, kinds, dropped = [], [], [], Counter()
+        start_item, last_shard = cursor, time.monotonic()
+
+    while not stop():
+        if cfg.time_budget_s and time.monotonic() - t0 > cfg.time_budget_s:
+            break
+        if cfg.max_items and cursor - first_item >= cfg.max_items:
+            break
+        # a chunk of fresh prompts, cut into batches of similar length
+        chunk: list[tuple[dict, list[int]]] = []
+        while len(chunk) < 4 * cfg.batch_size and cursor < len(items):
+            it = items[cursor]
+            cursor += 1
+            p = encode_item(tok, it)
+            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in seen:
+                seen.add(tuple(p))
+                chunk.append((it, p))
+        n_follow = int(len(chunk) * cfg.followup_frac) if finished else 0
+        for _ in range(n_follow):
+            it, resp = finished[rng.randrange(len(finished))]
+            msgs = it["messages"] + [
+                {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
+                {"role": "user", "content": rng.choice(FOLLOW_UPS)},
+            ]
+            p = encode_item(tok, {"messages": msgs})
+            if len(p) <= cfg.max_prompt_tokens:
+                chunk.append(({"kind": "followup", "messages": msgs}, p))
+        if not chunk:
+            log("the pool is used up")
+            break
+        chunk.sort(key=lambda x: len(x[1]))
+        for b in range(0, len(chunk), cfg.batch_size):
+            part = chunk[b : b + cfg.batch_size]
+            tg = time.perf_counter()
+            res = generate(
+                target, tok, [p for _, p in part], cfg.max_new, False, device, cfg.seed + cursor + b
+            )
+            batches += 1
+            for (it, p), r in zip(part, res, strict=True):
+                hits = overlaps(tok.decode(r, skip_special_tokens=True), grams, exact, cfg.ngram)
+                if hits:
+                    dropped.update(hits)
+                    continue
+                seqs.append(p + r)
+                plens.append(len(p))
+                kinds.append(it["kind"])
+                if _finished_chat(it, r, tok.eos_token_id):
+                    finished.append((it, r))
+                    if len(finished) > 4096:
+                        finished.pop(rng.randrange(len(finished)))
+            n = sum(map(len, res))
+            log(
+                f"batch {batches}: {len(part)} prompts (<= {len(part[-1][1])} tokens), {n} "
+                f"tokens in {time.perf_counter() - tg:.1f} s; item {cursor}"
+            )
+        if time.monotonic() - last_shard > cfg.shard_every_s:
+            write_shard()
+    write_shard()
+
+
+def _prompts(path: str):
+    ids = read_ids(path)
+    return zip(ids.seqs, ids.plens, strict=True)
+
+
+def _finished_chat(it: dict, r: list[int], eos: int) -> bool:
+    """A single-turn chat the target ended (EOS) within 300 tokens may get a second turn."""
+    return (
+        "messages" in it
+        and it["kind"] != "followup"
+        and "assistant_prefix" not in it
+        and bool(r)
+        and r[-1] == eos
+        and len(r) < 300
+    )
