@@ -124,77 +124,88 @@ def write_responses(
     """Generate and write shards from the folder's ``next_item`` (or ``cfg.first_item``) on,
     until the pool, the time budget or ``cfg.max_items`` ends or a SIGTERM comes."""
     from mtad_train.cumulative import _stop_on_term
-    from mtad_train.data import encode_item, generate
-    from mtad_train.overlap import eval_index, overlaps
-    from mtad_train.prompts import FOLLOW_UPS
 
-    out = Path(cfg.out)
-    first = next(target.parameters())
-    dtype, device = str(first.dtype).removeprefix("torch."), first.device.type
-    grams, exact = eval_index(eval_texts, cfg.ngram)
-    seen = {tuple(s[:p].tolist()) for f in cfg.exclude for s, p in _prompts(f)}
-    manifest = read_manifest(out)
-    manifest.setdefault("pool", pool_id)
-    if manifest["pool"] != pool_id:
-        log(
-            f"note: this disk's pool {pool_id[:12]} differs from the manifest's "
-            f"{manifest['pool'][:12]}; items are read by index all the same"
-        )
-    cursor = int(manifest.get("next_item", cfg.first_item))
-    log(f"respond: from pool item {cursor} of {len(items)}; config {cfg}")
+    writer = ResponseWriter(cfg, target, tok, items, eval_texts, pool_id, log)
     stop = _stop_on_term(log)
-    rng = random.Random(f"{cfg.seed}:{cursor}")
-    t0 = last_shard = time.monotonic()
-    start_item = first_item = cursor
-    seqs: list[list[int]] = []
-    plens: list[int] = []
-    kinds: list[str] = []
-    finished: list[tuple[dict, list[int]]] = []
-    dropped: Counter[str] = Counter()
-    batches = 0
-
-    def write_shard() -> None:
-        nonlocal seqs, plens, kinds, last_shard, start_item, dropped
-        if seqs:
-            name = f"{len(manifest['shards']):04d}.npz"
-            write_ids(out / name, seqs, plens, kinds, seed=cfg.seed, warp=WARP_TEXT)
-            resp = sum(len(s) - p for s, p in zip(seqs, plens, strict=True))
-            manifest["shards"].append(
-                {
-                    "file": name,
-                    "items": [start_item, cursor],
-                    "sequences": len(seqs),
-                    "positions": sum(map(len, seqs)),
-                    "response_tokens": resp,
-                    "dropped_for_overlap": dict(dropped),
-                    "dtype": dtype,
-                    "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                }
-            )
-            log(f"shard {name}: {len(seqs)} sequences, {resp} response tokens")
-        manifest["next_item"] = cursor
-        manifest["config"] = {k: v for k, v in asdict(cfg).items() if k != "time_budget_s"}
-        write_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
-        seqs, plens, kinds, dropped = [], [], [], Counter()
-        start_item, last_shard = cursor, time.monotonic()
-
+    t0 = time.monotonic()
     while not stop():
         if cfg.time_budget_s and time.monotonic() - t0 > cfg.time_budget_s:
             break
-        if cfg.max_items and cursor - first_item >= cfg.max_items:
+        if cfg.max_items and writer.cursor - writer.first_item >= cfg.max_items:
             break
-        # a chunk of fresh prompts, cut into batches of similar length
+        chunk = writer.next_chunk()
+        if not chunk:
+            log("the pool is used up")
+            break
+        chunk.sort(key=lambda x: len(x[1]))  # batches of similar length: little padding
+        for b in range(0, len(chunk), cfg.batch_size):
+            writer.respond_to(chunk[b : b + cfg.batch_size], seed=cfg.seed + writer.cursor + b)
+        if time.monotonic() - writer.last_shard > cfg.shard_every_s:
+            writer.write_shard()
+    writer.write_shard()
+
+
+class ResponseWriter:
+    """The state of one :func:`write_responses` call: the pool cursor, the prompts seen, the
+    sequences of the shard being filled, the finished chats that may get a second turn."""
+
+    def __init__(
+        self,
+        cfg: RespondCommand,
+        target,
+        tok,
+        items: list[dict],
+        eval_texts: dict[str, list[str]],
+        pool_id: str,
+        log: Callable[[str], None],
+    ) -> None:
+        from mtad_train.overlap import eval_index
+
+        self.cfg, self.target, self.tok, self.items, self.log = cfg, target, tok, items, log
+        self.out = Path(cfg.out)
+        first = next(target.parameters())
+        self.dtype = str(first.dtype).removeprefix("torch.")
+        self.device = first.device.type
+        self.grams, self.exact = eval_index(eval_texts, cfg.ngram)
+        self.seen = {tuple(s[:p].tolist()) for f in cfg.exclude for s, p in _prompts(f)}
+        self.manifest = read_manifest(self.out)
+        self.manifest.setdefault("pool", pool_id)
+        if self.manifest["pool"] != pool_id:
+            log(
+                f"note: this disk's pool {pool_id[:12]} differs from the manifest's "
+                f"{self.manifest['pool'][:12]}; items are read by index all the same"
+            )
+        self.cursor = self.first_item = self.start_item = int(
+            self.manifest.get("next_item", cfg.first_item)
+        )
+        log(f"respond: from pool item {self.cursor} of {len(items)}; config {cfg}")
+        self.rng = random.Random(f"{cfg.seed}:{self.cursor}")
+        self.last_shard = time.monotonic()
+        self.seqs: list[list[int]] = []
+        self.plens: list[int] = []
+        self.kinds: list[str] = []
+        self.dropped: Counter[str] = Counter()
+        self.finished: list[tuple[dict, list[int]]] = []
+        self.batches = 0
+
+    def next_chunk(self) -> list[tuple[dict, list[int]]]:
+        """Four batches' worth of fresh pool prompts (advancing the cursor), plus second turns
+        of finished chats: ``(item, prompt ids)`` pairs."""
+        from mtad_train.data import encode_item
+        from mtad_train.prompts import FOLLOW_UPS
+
+        cfg, tok, rng = self.cfg, self.tok, self.rng
         chunk: list[tuple[dict, list[int]]] = []
-        while len(chunk) < 4 * cfg.batch_size and cursor < len(items):
-            it = items[cursor]
-            cursor += 1
+        while len(chunk) < 4 * cfg.batch_size and self.cursor < len(self.items):
+            it = self.items[self.cursor]
+            self.cursor += 1
             p = encode_item(tok, it)
-            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in seen:
-                seen.add(tuple(p))
+            if len(p) <= cfg.max_prompt_tokens and tuple(p) not in self.seen:
+                self.seen.add(tuple(p))
                 chunk.append((it, p))
-        n_follow = int(len(chunk) * cfg.followup_frac) if finished else 0
+        n_follow = int(len(chunk) * cfg.followup_frac) if self.finished else 0
         for _ in range(n_follow):
-            it, resp = finished[rng.randrange(len(finished))]
+            it, resp = self.finished[rng.randrange(len(self.finished))]
             msgs = it["messages"] + [
                 {"role": "assistant", "content": tok.decode(resp, skip_special_tokens=True)},
                 {"role": "user", "content": rng.choice(FOLLOW_UPS)},
@@ -202,37 +213,65 @@ def write_responses(
             p = encode_item(tok, {"messages": msgs})
             if len(p) <= cfg.max_prompt_tokens:
                 chunk.append(({"kind": "followup", "messages": msgs}, p))
-        if not chunk:
-            log("the pool is used up")
-            break
-        chunk.sort(key=lambda x: len(x[1]))
-        for b in range(0, len(chunk), cfg.batch_size):
-            part = chunk[b : b + cfg.batch_size]
-            tg = time.perf_counter()
-            res = generate(
-                target, tok, [p for _, p in part], cfg.max_new, False, device, cfg.seed + cursor + b
+        return chunk
+
+    def respond_to(self, part: list[tuple[dict, list[int]]], seed: int) -> None:
+        """The target's sampled responses to one batch, kept unless they overlap an
+        evaluation prompt."""
+        from mtad_train.data import generate
+        from mtad_train.overlap import overlaps
+
+        cfg, tok = self.cfg, self.tok
+        tg = time.perf_counter()
+        prompts = [p for _, p in part]
+        res = generate(self.target, tok, prompts, cfg.max_new, False, self.device, seed)
+        self.batches += 1
+        for (it, p), r in zip(part, res, strict=True):
+            text = tok.decode(r, skip_special_tokens=True)
+            hits = overlaps(text, self.grams, self.exact, cfg.ngram)
+            if hits:
+                self.dropped.update(hits)
+                continue
+            self.seqs.append(p + r)
+            self.plens.append(len(p))
+            self.kinds.append(it["kind"])
+            if _finished_chat(it, r, tok.eos_token_id):
+                self.finished.append((it, r))
+                if len(self.finished) > 4096:
+                    self.finished.pop(self.rng.randrange(len(self.finished)))
+        self.log(
+            f"batch {self.batches}: {len(part)} prompts (<= {len(part[-1][1])} tokens), "
+            f"{sum(map(len, res))} tokens in {time.perf_counter() - tg:.1f} s; item {self.cursor}"
+        )
+
+    def write_shard(self) -> None:
+        """The sequences so far as the next shard, then the manifest (which alone makes the
+        shard part of the folder, :func:`shard_paths`)."""
+        cfg, man = self.cfg, self.manifest
+        if self.seqs:
+            name = f"{len(man['shards']):04d}.npz"
+            write_ids(
+                self.out / name, self.seqs, self.plens, self.kinds, seed=cfg.seed, warp=WARP_TEXT
             )
-            batches += 1
-            for (it, p), r in zip(part, res, strict=True):
-                hits = overlaps(tok.decode(r, skip_special_tokens=True), grams, exact, cfg.ngram)
-                if hits:
-                    dropped.update(hits)
-                    continue
-                seqs.append(p + r)
-                plens.append(len(p))
-                kinds.append(it["kind"])
-                if _finished_chat(it, r, tok.eos_token_id):
-                    finished.append((it, r))
-                    if len(finished) > 4096:
-                        finished.pop(rng.randrange(len(finished)))
-            n = sum(map(len, res))
-            log(
-                f"batch {batches}: {len(part)} prompts (<= {len(part[-1][1])} tokens), {n} "
-                f"tokens in {time.perf_counter() - tg:.1f} s; item {cursor}"
+            resp = sum(len(s) - p for s, p in zip(self.seqs, self.plens, strict=True))
+            man["shards"].append(
+                {
+                    "file": name,
+                    "items": [self.start_item, self.cursor],
+                    "sequences": len(self.seqs),
+                    "positions": sum(map(len, self.seqs)),
+                    "response_tokens": resp,
+                    "dropped_for_overlap": dict(self.dropped),
+                    "dtype": self.dtype,
+                    "written": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                }
             )
-        if time.monotonic() - last_shard > cfg.shard_every_s:
-            write_shard()
-    write_shard()
+            self.log(f"shard {name}: {len(self.seqs)} sequences, {resp} response tokens")
+        man["next_item"] = self.cursor
+        man["config"] = {k: v for k, v in asdict(cfg).items() if k != "time_budget_s"}
+        write_atomic(self.out / MANIFEST, json.dumps(man, indent=1) + "\n")
+        self.seqs, self.plens, self.kinds, self.dropped = [], [], [], Counter()
+        self.start_item, self.last_shard = self.cursor, time.monotonic()
 
 
 def _prompts(path: str):
