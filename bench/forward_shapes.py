@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -34,6 +35,22 @@ from mtad.engine.subvocab import read_vocab
 
 TOKENS = (1, 2, 3, 4, 5, 6, 8)
 BEAMS = (1, 2, 4, 8)
+DTYPES = ("float32", "bfloat16")
+# (model, dtype, new tokens, rows): one timed forward shape
+Case = tuple[str, str, int, int]
+# case -> median (CPU ms, wall ms)
+Medians = dict[Case, tuple[float, float]]
+FORWARD_COLUMNS = [
+    "model",
+    "shape",
+    "fp32 ms",
+    "fp32 x n=1",
+    "bf16 ms",
+    "bf16 x n=1",
+    "bf16 / fp32",
+    "fp32 wall ms",
+    "bf16 wall ms",
+]
 
 
 def time_forward(
@@ -47,10 +64,15 @@ def time_forward(
     return 1e3 * c, 1e3 * w
 
 
-def head_rows(args, prompt: torch.Tensor, target_ms: dict[str, float], gen) -> list[list[str]]:
+def head_rows(
+    args: argparse.Namespace,
+    prompt: torch.Tensor,
+    target_ms: dict[str, float],
+    gen: torch.Generator,
+) -> list[list[str]]:
     """Median cost of a head's drafted position x rows, per dtype, vs the target's 1 token."""
     out = []
-    for dtype in ("float32", "bfloat16"):
+    for dtype in DTYPES:
         t, _ = load_model(ModelSpec(loader="smollm2_gguf", dtype=dtype))
         head = load_head(args.head, t, read_vocab(args.head))
         target = ModelRunner(t, "target", feature_taps=head.spec.taps)
@@ -78,32 +100,46 @@ def head_rows(args, prompt: torch.Tensor, target_ms: dict[str, float], gen) -> l
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draft", default=common.DEFAULT_DRAFT)
     ap.add_argument("--context", type=int, default=120, help="cached tokens before timing")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--head", default=None, help="a feature-level head folder to time as well")
-    args = ap.parse_args(argv)
-    common.setup(args)
-    draft_path, standin = common.resolve_draft(args.draft)
-    gen = torch.Generator().manual_seed(0)
+    return ap.parse_args(argv)
+
+
+def load_runners(draft_path: Path) -> dict[tuple[str, str], ModelRunner]:
+    """The target (SmolLM2 from its GGUF) and the draft, each in float32 and bfloat16."""
     runners: dict[tuple[str, str], ModelRunner] = {}
-    for dtype in ("float32", "bfloat16"):
+    for dtype in DTYPES:
         t, _ = load_model(ModelSpec(loader="smollm2_gguf", dtype=dtype))
         d, _ = load_model(ModelSpec(loader="local", path=str(draft_path), dtype=dtype))
         runners[("target", dtype)] = ModelRunner(t, "target")
         runners[("draft", dtype)] = ModelRunner(d, "draft")
-    prompt = torch.randint(0, 49152, (1, args.context), generator=gen)
-    cases = [
-        (m, dt, n, 1) for m in ("target", "draft") for dt in ("float32", "bfloat16") for n in TOKENS
-    ]
-    cases += [
-        (m, dt, 1, b) for m in ("draft",) for dt in ("float32", "bfloat16") for b in BEAMS if b > 1
-    ]
-    res: dict[tuple, list[tuple[float, float]]] = {c: [] for c in cases}
-    for rep in range(args.reps + 1):
+    return runners
+
+
+def forward_cases() -> list[Case]:
+    """Both models at every :data:`TOKENS` count on one row, then the draft's one token on
+    every :data:`BEAMS` count of rows above one; each in both dtypes."""
+    cases = [(m, dt, n, 1) for m in ("target", "draft") for dt in DTYPES for n in TOKENS]
+    cases += [(m, dt, 1, b) for m in ("draft",) for dt in DTYPES for b in BEAMS if b > 1]
+    return cases
+
+
+def time_cases(
+    runners: dict[tuple[str, str], ModelRunner],
+    prompt: torch.Tensor,
+    cases: list[Case],
+    reps: int,
+    gen: torch.Generator,
+) -> Medians:
+    """Every case ``reps + 1`` times, the cases interleaved (the first round warms every shape
+    up and is dropped); each runner holds ``prompt`` (repeated to the case's rows) before."""
+    res: dict[Case, list[tuple[float, float]]] = {c: [] for c in cases}
+    for rep in range(reps + 1):
         for case in cases:
             m, dt, n, rows = case
             r = runners[(m, dt)]
@@ -114,67 +150,54 @@ def main(argv: list[str] | None = None) -> None:
             out = time_forward(r, n, rows, gen)
             if rep:  # rep 0 warms every shape up
                 res[case].append(out)
+    return {
+        c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+        for c, v in res.items()
+    }
+
+
+def shape_row(model: str, n: int, rows: int, med: Medians) -> list[str]:
+    """One shape of one model: each dtype's CPU ms and its ratio to one token on one row of
+    the same dtype, bfloat16 over float32, and the wall ms."""
+    f, b = med[(model, "float32", n, rows)], med[(model, "bfloat16", n, rows)]
+    f1, b1 = med[(model, "float32", 1, 1)], med[(model, "bfloat16", 1, 1)]
+    return [
+        model,
+        f"{n} tok x {rows}",
+        f"{f[0]:.1f}",
+        f"{f[0] / f1[0]:.2f}",
+        f"{b[0]:.1f}",
+        f"{b[0] / b1[0]:.2f}",
+        f"{b[0] / f[0]:.2f}",
+        f"{f[1]:.1f}",
+        f"{b[1]:.1f}",
+    ]
+
+
+def print_forward_table(med: Medians) -> None:
+    """Both models at every token count on one row, then the draft's one token on more rows."""
+    rows = [shape_row(m, n, 1, med) for m in ("target", "draft") for n in TOKENS]
+    rows += [shape_row("draft", 1, b, med) for b in BEAMS[1:]]
+    common.print_table("one cached forward (ms; CPU time unless noted)", FORWARD_COLUMNS, rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    common.setup(args)
+    draft_path, standin = common.resolve_draft(args.draft)
+    gen = torch.Generator().manual_seed(0)
+    runners = load_runners(draft_path)
+    prompt = torch.randint(0, 49152, (1, args.context), generator=gen)
+    med = time_cases(runners, prompt, forward_cases(), args.reps, gen)
     print(common.environment_line())
     draft_name = "stand-in (target layers 0-1)" if standin else draft_path
     print(
         f"target SmolLM2-135M-Instruct; draft {draft_name}; "
         f"context {args.context} tokens; median of {args.reps}"
     )
-    med = {
-        c: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
-        for c, v in res.items()
-    }
-    rows = []
-    for m in ("target", "draft"):
-        for n in TOKENS:
-            f, b = med[(m, "float32", n, 1)], med[(m, "bfloat16", n, 1)]
-            f1, b1 = med[(m, "float32", 1, 1)], med[(m, "bfloat16", 1, 1)]
-            rows.append(
-                [
-                    m,
-                    f"{n} tok x 1",
-                    f"{f[0]:.1f}",
-                    f"{f[0] / f1[0]:.2f}",
-                    f"{b[0]:.1f}",
-                    f"{b[0] / b1[0]:.2f}",
-                    f"{b[0] / f[0]:.2f}",
-                    f"{f[1]:.1f}",
-                    f"{b[1]:.1f}",
-                ]
-            )
-    for b in BEAMS[1:]:
-        f, h = med[("draft", "float32", 1, b)], med[("draft", "bfloat16", 1, b)]
-        f1, h1 = med[("draft", "float32", 1, 1)], med[("draft", "bfloat16", 1, 1)]
-        rows.append(
-            [
-                "draft",
-                f"1 tok x {b}",
-                f"{f[0]:.1f}",
-                f"{f[0] / f1[0]:.2f}",
-                f"{h[0]:.1f}",
-                f"{h[0] / h1[0]:.2f}",
-                f"{h[0] / f[0]:.2f}",
-                f"{f[1]:.1f}",
-                f"{h[1]:.1f}",
-            ]
-        )
-    common.print_table(
-        "one cached forward (ms; CPU time unless noted)",
-        [
-            "model",
-            "shape",
-            "fp32 ms",
-            "fp32 x n=1",
-            "bf16 ms",
-            "bf16 x n=1",
-            "bf16 / fp32",
-            "fp32 wall ms",
-            "bf16 wall ms",
-        ],
-        rows,
-    )
+    print_forward_table(med)
     if args.head:
-        t1 = {dt: med[("target", dt, 1, 1)][0] for dt in ("float32", "bfloat16")}
+        t1 = {dt: med[("target", dt, 1, 1)][0] for dt in DTYPES}
         common.print_table(
             f"feature-level head {args.head}: one drafted position (ms, CPU time)",
             ["model", "shape", "dtype", "ms", "x target 1 tok", "wall ms"],

@@ -178,12 +178,31 @@ def build_models(family: str, vocab: int, seed: int) -> dict[str, torch.nn.Modul
 
 
 def run(args: argparse.Namespace) -> Report:
+    """Sample every block, print the table, draw the figure."""
     torch.set_num_threads(args.threads)
-    taus = [float(t) for t in args.taus.split(",") if t.strip()]
-    drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
+    report = measure(args, parse_taus(args.taus), parse_drafts(args.drafts))
+    print_report(report, args)
+    figure(report, Path(args.out), args)
+    print(f"figure: {args.out}")
+    return report
+
+
+def parse_taus(spec: str) -> list[float]:
+    return [float(t) for t in spec.split(",") if t.strip()]
+
+
+def parse_drafts(spec: str) -> list[str]:
+    """``--drafts``: a comma-separated subset of :data:`DRAFTS`."""
+    drafts = [d.strip() for d in spec.split(",") if d.strip()]
     unknown = sorted(set(drafts) - set(DRAFTS))
     if unknown:
         raise SystemExit(f"--drafts: unknown {unknown}; choose from {list(DRAFTS)}")
+    return drafts
+
+
+def measure(args: argparse.Namespace, taus: list[float], drafts: list[str]) -> Report:
+    """MTJD's reference blocks, then each draft x tau's MTAD blocks and AR's, every sample on
+    its own range of seeds; the ``self`` draft's first blocks again on MTJD's seeds."""
     models = build_models(args.family, args.vocab, args.seed)
     beams = {"gamma": args.gamma, "beam_width": args.beam_width}
     target = ModelRunner(models["target"], "target")
@@ -214,17 +233,21 @@ def run(args: argparse.Namespace) -> Report:
     ar_blocks = sample_blocks(
         Decoder(build_method("ar"), target), args.gamma, args.vocab, seeds(len(results) + 1)
     )
-    report = Report(results, witness_tv(ar_blocks, reference, cells, args.folds, args.confidence))
+    return Report(results, witness_tv(ar_blocks, reference, cells, args.folds, args.confidence))
 
-    warp = build_method("mtjd", **beams).params.warp  # the methods' default warping
+
+def print_report(report: Report, args: argparse.Namespace) -> None:
+    """The setting, then one line per draft x tau and AR's: the witness TV, its band, the
+    plug-in and, for the ``self`` draft, how many blocks equal MTJD's under the same seed."""
+    warp = build_method("mtjd", gamma=args.gamma, beam_width=args.beam_width).params.warp
     print(
-        f"tiny {args.family} pair, vocabulary {args.vocab}, gamma {args.gamma} ({cells} "
-        f"outcomes), B={args.beam_width}, T={warp.temperature:g} / top-k {warp.top_k} / "
-        f"top-p {warp.top_p:g}, prompt {PROMPT}"
+        f"tiny {args.family} pair, vocabulary {args.vocab}, gamma {args.gamma} "
+        f"({args.vocab**args.gamma} outcomes), B={args.beam_width}, T={warp.temperature:g} / "
+        f"top-k {warp.top_k} / top-p {warp.top_p:g}, prompt {PROMPT}"
     )
     print(
-        f"{n} blocks per sample (seeds {args.seed}..), MTJD reference: the target's beam "
-        f"sampling; witness-set TV, {args.folds} folds, {100 * args.confidence:g}% band"
+        f"{args.samples} blocks per sample (seeds {args.seed}..), MTJD reference: the target's "
+        f"beam sampling; witness-set TV, {args.folds} folds, {100 * args.confidence:g}% band"
     )
     band = f"{100 * args.confidence:g}% band"
     header = (
@@ -233,21 +256,17 @@ def run(args: argparse.Namespace) -> Report:
     )
     print(header)
     print("-" * len(header))
-    for (name, tau), row in results.items():
-        r = row.tv
+    for (name, tau), row in report.rows.items():
         same = f"{row.same_seed[0]}/{row.same_seed[1]}" if row.same_seed else "-"
-        print(
-            f"{name:<10} {tau:>5.2f}  {r.estimate:>12.4f}  [{r.lo:>+7.4f}, {r.hi:>+7.4f}]"
-            f"  {r.plug_in:>8.4f}  {same:>16}"
-        )
-    r = report.ar
-    print(
-        f"{'ar':<10} {'-':>5}  {r.estimate:>12.4f}  [{r.lo:>+7.4f}, {r.hi:>+7.4f}]"
-        f"  {r.plug_in:>8.4f}  {'-':>16}"
+        print(tv_line(name, f"{tau:>5.2f}", row.tv, same))
+    print(tv_line("ar", f"{'-':>5}", report.ar, "-"))
+
+
+def tv_line(name: str, tau: str, r: TVEstimate, same: str) -> str:
+    return (
+        f"{name:<10} {tau}  {r.estimate:>12.4f}  [{r.lo:>+7.4f}, {r.hi:>+7.4f}]"
+        f"  {r.plug_in:>8.4f}  {same:>16}"
     )
-    figure(report, Path(args.out), args)
-    print(f"figure: {args.out}")
-    return report
 
 
 def figure(report: Report, path: Path, args: argparse.Namespace) -> None:

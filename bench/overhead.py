@@ -44,6 +44,8 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from scipy import stats as scipy_stats
@@ -56,6 +58,25 @@ from mtad.methods import METHODS, build_method
 # Every method runs at its params dataclass's defaults (the authors' B=4, gamma=4, tau=0.5;
 # sampling T=1, top-k 10, top-p 0.9), the values conf/method/*.yaml spells out.
 DEFAULT_METHODS = "ar,sps,mtad"
+# The speed table's columns (:func:`print_time_split`).
+TIME_SPLIT_COLUMNS = [
+    "method",
+    "tokens",
+    "tok/s",
+    "x ar",
+    "x sps",
+    "block eff",
+    "accept",
+    "target fwd %",
+    "draft fwd %",
+    "overhead %",
+    "in phases %",
+    "loop %",
+    "overhead ms/iter",
+]
+
+# label -> its results: stats, tokens/s, the time split, the rows of the later tables
+Results = dict[str, dict[str, Any]]
 
 
 def parse_methods(spec: str) -> list[str]:
@@ -66,23 +87,45 @@ def parse_methods(spec: str) -> list[str]:
     return names
 
 
-def run(args: argparse.Namespace) -> dict[str, dict]:
+def run(args: argparse.Namespace) -> Results:
+    """Every method on the same prompts, interleaved prompt by prompt, then the tables."""
     common.setup(args)
     methods = parse_methods(args.methods)
     bp = common.load_bench_pair(args, need_draft=any(METHODS[m][1].uses_draft for m in methods))
     prompts = common.load_prompts(args, bp.tokenizer)
+    labels = method_labels(methods, args.reorder)
+    decoders = build_decoders(args, bp, labels)
+    measured = measure(args, bp, prompts, decoders, labels)
+    results = time_split(measured)
+    print_setting(args, bp, prompts)
+    print_time_split(results, labels)
+    print_draft_depths(results)
+    print_draft_steps(results, measured)
+    print_accepted_vs_sps(results, measured, labels, len(prompts))
+    return results
+
+
+def method_labels(methods: list[str], reorder: str) -> dict[str, tuple[str, str]]:
+    """``label -> (method, reorder mode)``: ``mtad``, or ``mtad/copy`` with several modes."""
+    reorders = [r.strip() for r in reorder.split(",") if r.strip()]
+    return {(f"{m}/{r}" if len(reorders) > 1 else m): (m, r) for m in methods for r in reorders}
+
+
+def method_params(method: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The sampling of ``--greedy``; ``--gamma`` reaches every method that drafts a block of
+    that depth."""
     sampling = {"temperature": 0.0} if args.greedy else {}
+    fields = METHODS[method][0].__dataclass_fields__
+    return {**sampling, **({"gamma": args.gamma} if args.gamma and "gamma" in fields else {})}
 
-    def params_of(m: str) -> dict:
-        """``--gamma`` reaches every method that drafts a block of that depth."""
-        fields = METHODS[m][0].__dataclass_fields__
-        return {**sampling, **({"gamma": args.gamma} if args.gamma and "gamma" in fields else {})}
 
-    reorders = [r.strip() for r in args.reorder.split(",") if r.strip()]
-    labels = {(f"{m}/{r}" if len(reorders) > 1 else m): (m, r) for m in methods for r in reorders}
-    decoders = {
+def build_decoders(
+    args: argparse.Namespace, bp: common.BenchPair, labels: dict[str, tuple[str, str]]
+) -> dict[str, Decoder]:
+    """One decoder per label, every one on the same pair of runners."""
+    return {
         label: Decoder(
-            build_method(m, **params_of(m)),
+            build_method(m, **method_params(m, args)),
             bp.target,
             bp.draft,
             eos_token_ids=common.eos_ids(bp),
@@ -91,48 +134,84 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
         for label, (m, _) in labels.items()
     }
 
-    def use_reorder(label: str) -> None:
-        for runner in (bp.target, bp.draft):
-            if runner is not None:
-                runner.reorder = labels[label][1]
 
+def use_reorder(bp: common.BenchPair, mode: str) -> None:
+    """Set the cache reorder mode of both runners of the pair."""
+    for runner in (bp.target, bp.draft):
+        if runner is not None:
+            runner.reorder = mode
+
+
+@dataclass
+class Measured:
+    """What the interleaved runs measured, per label: every prompt's stats, the seconds inside
+    each model's forwards, and, for the chain-drafting labels (``stepping``: label -> rows),
+    the CPU seconds of each prompt's draft phase and of the draft's forwards in it, and the
+    same rows' forward alone timed right after the prompt."""
+
+    stats: dict[str, list[DecodeStats]]
+    fwd: dict[str, dict[str, float]]
+    draft_cpu: dict[str, list[tuple[float, float]]]
+    alone: dict[str, list[float]]
+    stepping: dict[str, int]
+
+
+def measure(
+    args: argparse.Namespace,
+    bp: common.BenchPair,
+    prompts: list[common.Prompt],
+    decoders: dict[str, Decoder],
+    labels: dict[str, tuple[str, str]],
+) -> Measured:
+    """A warm-up generation per decoder (first-call allocations, lazy inits), then every
+    prompt through every decoder in turn, with the forward clock and the draft-phase CPU clock
+    running."""
     clock = common.pair_clock(bp)
-    for label, dec in decoders.items():  # warm-up: first-call allocations, lazy inits
-        use_reorder(label)
+    for label, dec in decoders.items():
+        use_reorder(bp, labels[label][1])
         dec.generate(prompts[0].ids, 4, seed=args.seed)
-    methods = list(labels)
-    stats: dict[str, list[DecodeStats]] = {m: [] for m in methods}
-    fwd: dict[str, dict[str, float]] = {m: {"target": 0.0, "draft": 0.0} for m in methods}
-    # per prompt, CPU seconds: (draft phase, the draft's forwards); the same rows' forward alone
-    draft_cpu: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
-    alone: dict[str, list[float]] = {m: [] for m in methods}
-    stepping = {m: rows for m in methods if (rows := draft_step_rows(decoders[m]))}
+    measured = Measured(
+        stats={m: [] for m in labels},
+        fwd={m: {"target": 0.0, "draft": 0.0} for m in labels},
+        draft_cpu={m: [] for m in labels},
+        alone={m: [] for m in labels},
+        stepping={m: rows for m in labels if (rows := draft_step_rows(decoders[m]))},
+    )
     gen = torch.Generator().manual_seed(args.seed)
     phases = DraftPhaseCPU()
     try:
         for i, prompt in enumerate(prompts):
             for m, dec in decoders.items():
-                use_reorder(m)
+                use_reorder(bp, labels[m][1])
                 clock.reset()
                 phases.take()
                 out = dec.generate(prompt.ids, args.max_new, seed=args.seed + i)
-                stats[m].append(out.stats)
+                measured.stats[m].append(out.stats)
                 for k, v in clock.snapshot().items():
-                    fwd[m][k] += v
-                if m in stepping:  # the same rows' forward alone, right after, at the mean context
-                    draft_cpu[m].append((phases.take(), clock.cpu_seconds.get("draft", 0.0)))
+                    measured.fwd[m][k] += v
+                if m in measured.stepping:  # the same rows' forward alone, at the mean context
+                    cpu = (phases.take(), clock.cpu_seconds.get("draft", 0.0))
+                    measured.draft_cpu[m].append(cpu)
                     context = torch.tensor(prompt.ids + out.token_ids[: len(out.token_ids) // 2])
-                    alone[m].append(draft_forward_alone(bp, context, stepping[m], gen))
+                    measured.alone[m].append(
+                        draft_forward_alone(bp, context, measured.stepping[m], gen)
+                    )
             if args.verbose:
                 print(f"[bench] prompt {i + 1}/{len(prompts)} done", file=sys.stderr)
     finally:
         clock.remove()
         phases.remove()
+    return measured
 
+
+def time_split(measured: Measured) -> Results:
+    """Per label: its summed stats, tokens/s, the seconds in target and draft forwards, and the
+    overhead (wall time outside forwards) as a share of wall time, split into the part inside
+    the draft/verify phases and the decode loop's."""
     results = {}
-    for m in methods:
-        s = DecodeStats.total(stats[m])
-        f_t, f_d = fwd[m]["target"], fwd[m]["draft"]
+    for m, stats in measured.stats.items():
+        s = DecodeStats.total(stats)
+        f_t, f_d = measured.fwd[m]["target"], measured.fwd[m]["draft"]
         overhead = s.wall_time - f_t - f_d
         loop = s.wall_time - s.time_draft - s.time_verify
         results[m] = {
@@ -146,13 +225,24 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             "loop_pct": common.pct(loop, s.wall_time),
             "overhead_ms_per_iter": 1e3 * overhead / s.iterations if s.iterations else 0.0,
         }
+    return results
 
+
+def print_setting(
+    args: argparse.Namespace, bp: common.BenchPair, prompts: list[common.Prompt]
+) -> None:
+    """The environment, pair, prompts and sampling lines above the tables."""
     mode = "greedy" if args.greedy else "T=1, top-k 10, top-p 0.9"
     print(common.environment_line(args))
     print(f"pair: {bp.describe()}")
     print(f"prompts: {len(prompts)} x max {args.max_new} new tokens, seeds {args.seed}.., {mode}")
 
-    def rate_of(method: str) -> float:  # the method's first label (reorder does not touch it)
+
+def print_time_split(results: Results, labels: dict[str, tuple[str, str]]) -> None:
+    """The speed table: tokens/s, the ratios to AR and SpS (each method's first label: the
+    reorder mode does not touch them), acceptance, and where the wall time goes."""
+
+    def rate_of(method: str) -> float:
         found = [results[k]["tokens_per_s"] for k, (m, _) in labels.items() if m == method]
         return found[0] if found else float("nan")
 
@@ -178,93 +268,95 @@ def run(args: argparse.Namespace) -> dict[str, dict]:
             ]
         )
     common.print_table(
-        "speed and where the time goes (percent of wall time)",
-        [
-            "method",
-            "tokens",
-            "tok/s",
-            "x ar",
-            "x sps",
-            "block eff",
-            "accept",
-            "target fwd %",
-            "draft fwd %",
-            "overhead %",
-            "in phases %",
-            "loop %",
-            "overhead ms/iter",
-        ],
-        rows,
+        "speed and where the time goes (percent of wall time)", TIME_SPLIT_COLUMNS, rows
     )
-    depth_rows = []
-    for m, r in results.items():
-        s = r["stats"]
-        if not s.drafted:
-            continue
-        depth_rows.append(
-            [
-                m,
-                f"{s.mean_accepted:.2f}",
-                " / ".join(f"{a:.2f}" for a in s.depth_acceptance),
-                " ".join(str(n) for n in s.accept_histogram),
-            ]
-        )
-    if depth_rows:
+
+
+def print_draft_depths(results: Results) -> None:
+    """Per drafting label: mean accepted length, acceptance at each depth, and the histogram of
+    iterations by accepted depth (no table when no label drafted)."""
+    rows = [
+        [
+            m,
+            f"{s.mean_accepted:.2f}",
+            " / ".join(f"{a:.2f}" for a in s.depth_acceptance),
+            " ".join(str(n) for n in s.accept_histogram),
+        ]
+        for m, r in results.items()
+        if (s := r["stats"]).drafted
+    ]
+    if rows:
         common.print_table(
             "where drafts fail: acceptance at each depth, iterations by accepted depth 0..gamma",
             ["method", "mean accepted", "acceptance at depth 1 / 2 / ...", "histogram"],
-            depth_rows,
+            rows,
         )
-    steps = draft_step_rows_table(stats, draft_cpu, alone, stepping)
+
+
+def print_draft_steps(results: Results, measured: Measured) -> None:
+    """The draft step in the loop beside the same rows' forward alone
+    (:func:`draft_step_rows_table`), each row kept as ``results[label]["draft_step"]``."""
+    steps = draft_step_rows_table(
+        measured.stats, measured.draft_cpu, measured.alone, measured.stepping
+    )
     for m, row in steps.items():
         results[m]["draft_step"] = row
-    if steps:
-        common.print_table(
-            "the draft step in the loop against the same rows' forward alone (CPU ms per "
-            "drafted position, medians over prompts; 'alone' timed right after each prompt)",
+    if not steps:
+        return
+    common.print_table(
+        "the draft step in the loop against the same rows' forward alone (CPU ms per "
+        "drafted position, medians over prompts; 'alone' timed right after each prompt)",
+        [
+            "method",
+            "rows",
+            "step in loop",
+            "its forwards",
+            "forward alone",
+            "step / alone",
+            "forwards / alone",
+        ],
+        [
             [
-                "method",
-                "rows",
-                "step in loop",
-                "its forwards",
-                "forward alone",
-                "step / alone",
-                "forwards / alone",
-            ],
-            [
-                [
-                    m,
-                    r["rows"],
-                    f"{r['step_ms']:.2f}",
-                    f"{r['forward_in_loop_ms']:.2f}",
-                    f"{r['alone_ms']:.2f}",
-                    f"{r['ratio']:.2f}",
-                    f"{r['forward_ratio']:.2f}",
-                ]
-                for m, r in steps.items()
-            ],
-        )
+                m,
+                r["rows"],
+                f"{r['step_ms']:.2f}",
+                f"{r['forward_in_loop_ms']:.2f}",
+                f"{r['alone_ms']:.2f}",
+                f"{r['ratio']:.2f}",
+                f"{r['forward_ratio']:.2f}",
+            ]
+            for m, r in steps.items()
+        ],
+    )
+
+
+def print_accepted_vs_sps(
+    results: Results, measured: Measured, labels: dict[str, tuple[str, str]], n_prompts: int
+) -> None:
+    """With SpS among the methods, every other drafting label's accepted length beside SpS's
+    (:func:`accepted_vs_sps`, SpS's first label), each row kept as
+    ``results[label]["accepted_vs_sps"]``."""
     sps_labels = [k for k, (m, _) in labels.items() if m == "sps"]
-    if sps_labels:
-        paired = accepted_vs_sps(stats, labels, sps_labels[0])
-        for label, row in paired.items():
-            results[label]["accepted_vs_sps"] = row
-        common.print_table(
-            f"mean accepted length per iteration beside SpS's on the same {len(prompts)} prompts "
-            "(paired: method - SpS per prompt, 95% Student-t interval over prompts)",
-            ["method", "accepted", "sps accepted", "difference", "95% interval"],
+    if not sps_labels:
+        return
+    paired = accepted_vs_sps(measured.stats, labels, sps_labels[0])
+    for label, row in paired.items():
+        results[label]["accepted_vs_sps"] = row
+    common.print_table(
+        f"mean accepted length per iteration beside SpS's on the same {n_prompts} prompts "
+        "(paired: method - SpS per prompt, 95% Student-t interval over prompts)",
+        ["method", "accepted", "sps accepted", "difference", "95% interval"],
+        [
             [
-                [
-                    label,
-                    f"{r['mean']:.3f}",
-                    f"{r['sps_mean']:.3f}",
-                    f"{r['difference']:+.3f}",
-                    f"[{r['lo']:+.3f}, {r['hi']:+.3f}]",
-                ]
-                for label, r in paired.items()
-            ],
-        )
-    return results
+                label,
+                f"{r['mean']:.3f}",
+                f"{r['sps_mean']:.3f}",
+                f"{r['difference']:+.3f}",
+                f"[{r['lo']:+.3f}, {r['hi']:+.3f}]",
+            ]
+            for label, r in paired.items()
+        ],
+    )
 
 
 def draft_step_rows(dec: Decoder) -> int:
