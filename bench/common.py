@@ -433,13 +433,10 @@ def peak_rss_mib() -> float:
 
 def cpu_line() -> str:
     """The CPU every figure was measured on: model, the ISA level torch dispatches to, and
-    whether it has native bf16 arithmetic and AMX tiles (Linux ``/proc/cpuinfo`` flags)."""
-    from mtad.runs.hardware import cpu_flags, cpu_model
+    whether it has native bf16 arithmetic and AMX tiles (:mod:`mtad.runs.hardware`)."""
+    from mtad.runs.hardware import cpu_features_text, cpu_model
 
-    flags = cpu_flags()
-    bf16 = "avx512_bf16" if "avx512_bf16" in flags else "no avx512_bf16"
-    amx = "AMX" if any(f.startswith("amx") for f in flags) else "no AMX"
-    return f"{cpu_model()} [{torch.backends.cpu.get_cpu_capability()}, {bf16}, {amx}]"
+    return f"{cpu_model()} [{torch.backends.cpu.get_cpu_capability()}, {cpu_features_text()}]"
 
 
 def environment_line(args: argparse.Namespace | None = None) -> str:

