@@ -45,8 +45,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from mtad.engine.features import FINAL_NORM_TAP
-
-HEAD_CONFIG = "head_config.json"
+from mtad.engine.spec import HEAD_CONFIG_FILE as HEAD_CONFIG
 
 
 @dataclass

@@ -38,6 +38,7 @@ from mtad.engine.spec import (  # noqa: F401 (re-exported)
     LOADER_READS,
     LOADERS,
     ModelSpec,
+    draft_kind,
     parse_bytes,
     resolve_path,
 )
@@ -190,11 +191,12 @@ def load_pair(
 ) -> LoadedPair:
     """Load target (+ draft) and check they share one vocabulary. ``lm_head``: the output
     projection (the ``runtime.head`` setting), see :func:`head_for`. A draft of kind ``head``
-    (a feature-level draft head) runs in a :class:`HeadRunner` over the target's features."""
+    (a feature-level draft head) runs in a :class:`HeadRunner` over the target's features;
+    ``auto`` is what the draft's folder holds (:func:`mtad.engine.spec.draft_kind`)."""
     target_model, tokenizer = load_model(target, device)
     if tokenizer is None:
         raise ValueError("target: the target source provides no tokenizer")
-    if draft is not None and draft.kind == "head":
+    if draft is not None and draft_kind(draft) == "head":
         head_model = load_head(head_folder(draft), target_model, read_vocab(head_folder(draft)))
         taps = head_model.spec.taps
         target_runner = ModelRunner(target_model, "target", lm_head, feature_taps=taps)

@@ -20,6 +20,9 @@ LOADERS = ("hub", "local", "smollm2_gguf", "tiny")
 # What a draft is: an independent causal LM sharing the target's tokenizer (the paper's kind), or
 # a feature-level head over the target's hidden states (EAGLE; mtad.engine.feature_head).
 DRAFT_KINDS = ("model", "head")
+# ``kind: auto``: read from the folder before anything hashes the config (:func:`draft_kind`)
+KIND_CHOICES = (*DRAFT_KINDS, "auto")
+HEAD_CONFIG_FILE = "head_config.json"  # what makes a folder a feature head (feature_head.py)
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 # The ModelSpec fields each loader reads (besides ``loader``); a field set to anything but its
 # default under a loader that ignores it is refused (mtad.harness.config), never dropped.
@@ -54,11 +57,11 @@ class ModelSpec:
     gpus: int | None = None  # GPUs a device_map may spread over (null: every visible one)
     max_memory: str | None = None  # per-GPU budget for a device_map, e.g. "70GiB" (null: 90%)
     allow_offload: bool = False  # accept layers placed on CPU or disk by a device_map
-    kind: str = "model"  # drafts: "model" or "head" (DRAFT_KINDS)
+    kind: str = "model"  # drafts: "model" or "head" (DRAFT_KINDS), or "auto" (draft_kind)
 
     def __post_init__(self) -> None:
-        if self.kind not in DRAFT_KINDS:
-            raise ValueError(f"kind must be one of {DRAFT_KINDS}, got {self.kind!r}")
+        if self.kind not in KIND_CHOICES:
+            raise ValueError(f"kind must be one of {KIND_CHOICES}, got {self.kind!r}")
         if self.loader not in LOADERS:
             raise ValueError(f"loader must be one of {LOADERS}, got {self.loader!r}")
         if self.dtype not in DTYPE_CHOICES:
@@ -79,6 +82,17 @@ def parse_bytes(size: str) -> int:
     return int(float(m.group(1)) * 1024 ** ("KMGT".index(m.group(2)) + 1))
 
 
+def draft_kind(spec: ModelSpec) -> str:
+    """The kind of a draft asked to be ``kind: auto``: ``head`` when its path is a folder here
+    holding a ``head_config.json``, else ``model`` (the default kind: a hub name is not looked
+    into, and a missing folder is reported as such by the preflight)."""
+    if spec.kind != "auto":
+        return spec.kind
+    folder = Path(resolve_path(spec.path)) if spec.path else None
+    is_head = folder is not None and (folder / HEAD_CONFIG_FILE).is_file()
+    return "head" if is_head else "model"
+
+
 def resolve_path(path: str) -> str:
     """``path`` as an absolute path: relative ones are relative to the repository root."""
     p = Path(path).expanduser()
@@ -87,11 +101,14 @@ def resolve_path(path: str) -> str:
 
 __all__ = [
     "DRAFT_KINDS",
+    "HEAD_CONFIG_FILE",
+    "KIND_CHOICES",
     "DTYPE_NAMES",
     "LOADER_READS",
     "LOADERS",
     "REPO_ROOT",
     "ModelSpec",
+    "draft_kind",
     "parse_bytes",
     "resolve_path",
 ]

@@ -21,8 +21,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from mtad.config_types import hints, type_problem
-from mtad.cpu import choose_dtype
-from mtad.engine.spec import LOADER_READS, ModelSpec
+from mtad.cpu import choose_dtype, native_bf16
+from mtad.engine.spec import LOADER_READS, ModelSpec, draft_kind
 from mtad.tasks.base import PROTOCOLS
 
 # mtad.methods imports torch (seconds): it is imported inside validate(), not here, because
@@ -183,10 +183,21 @@ class RunConfig:
     tags: list[str] = field(default_factory=list)
 
 
+def if_native_bf16(native: str, otherwise: str) -> str:
+    """``${mtad.if_native_bf16:A,B}`` in a config: ``A`` on a CPU with native bfloat16
+    (:func:`mtad.cpu.native_bf16`), else ``B``. The smollm2 pair's default draft is chosen so:
+    where the pair runs in bfloat16 the feature head's step costs ~0.05 of the target's and it
+    beats the independent draft; elsewhere the independent draft is the better one (issue 39,
+    ``bench/overhead.py``'s figures in ``assets/drafts/smollm2-head/report.md``)."""
+    return native if native_bf16() else otherwise
+
+
 def register_configs() -> None:
-    """Register the schemas (idempotent). Call before Hydra composes ``conf/config.yaml``."""
+    """Register the schemas and resolvers (idempotent). Call before Hydra composes
+    ``conf/config.yaml``."""
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    OmegaConf.register_new_resolver("mtad.if_native_bf16", if_native_bf16, replace=True)
 
 
 register_configs()
@@ -251,6 +262,9 @@ def validate(cfg: DictConfig) -> RunSpec:
         if model is not None:
             model.dtype, dtype_choice[role] = choose_dtype(model.dtype, typed["runtime"].device)
             getattr(pair, role).dtype = model.dtype
+    if draft is not None:  # kind "auto" likewise becomes what the folder holds
+        draft.kind = draft_kind(draft)
+        pair.draft.kind = draft.kind
     method_name, params = _method(cfg)
     params_dict = dataclasses.asdict(params)
     task = _task(cfg)

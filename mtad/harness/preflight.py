@@ -26,7 +26,7 @@ from mtad.engine import DecodingMethod
 from mtad.engine.loading import resolve_path
 from mtad.engine.runner import context_limit_of
 from mtad.engine.smollm2 import SmolLM2Unavailable, cached_dir, gguf_path
-from mtad.engine.spec import ModelSpec
+from mtad.engine.spec import HEAD_CONFIG_FILE, ModelSpec
 from mtad.engine.tiny import TINY_MAX_POSITIONS
 from mtad.harness.config import ConfigError
 
@@ -86,7 +86,7 @@ def check_weights(role: str, spec: ModelSpec) -> None:
     """The model's weights exist and their headers are intact (no weights are read)."""
     key = f"pair.{role}.path"
     if spec.loader == "local":
-        _check_folder(key, Path(resolve_path(spec.path or "")))
+        _check_folder(key, Path(resolve_path(spec.path or "")), spec.kind)
     elif spec.loader == "smollm2_gguf":
         try:
             path = gguf_path()
@@ -99,10 +99,13 @@ def check_weights(role: str, spec: ModelSpec) -> None:
         _check_hub(key, spec.path or "")
 
 
-def _check_folder(key: str, folder: Path) -> None:
+def _check_folder(key: str, folder: Path, kind: str = "model") -> None:
+    """A model folder: ``config.json`` and intact weights. A feature head's folder holds our
+    ``head_config.json`` or, a published EAGLE head, a ``config.json``."""
     if not folder.is_dir():
         raise ConfigError(key, f"model folder {folder} is missing")
-    _read_config(key, folder)
+    if kind != "head" or not (folder / HEAD_CONFIG_FILE).is_file():
+        _read_config(key, folder)
     weights = sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern))
     if not weights:
         raise ConfigError(key, f"no weights ({', '.join(WEIGHT_PATTERNS)}) in {folder}")
