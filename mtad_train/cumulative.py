@@ -9,7 +9,8 @@ Nothing training needs lives only on a machine's disk:
   the CPU has it natively, :func:`mtad.cpu.choose_dtype`) and takes the final normed state and
   the top-k next-token log-probabilities there, the same quantities the stored shards of
   :mod:`mtad_train.features` hold, so :func:`mtad_train.head_train.step_loss` trains on it
-  unchanged;
+  unchanged; each sequence's signal is kept in a local cache (:mod:`mtad_train.teacher`, under
+  ``ckpt_dir``), which a second process may fill ahead of the training (:func:`fill_ahead`);
 * **the data**: committed uint16 id files (:class:`Source`), each with a weight and its own
   seeded permutation per epoch; the cursor says, per source, which epoch and how far, and a
   step draws from the source furthest behind its share, so a source added later joins at its
@@ -52,11 +53,14 @@ from mtad_train.head_train import (
     save_checkpoint,
 )
 from mtad_train.ids import read_ids
+from mtad_train.teacher import TeacherCache, TeacherSignal, assemble_batch
 
 TRAINING_DIR = "training"
 STATE_FILE = "state.json"
 CURVE_FILE = "curve.jsonl"
 WEIGHTS_FILE = "model.safetensors"
+TEACHER_DIR = "teacher"  # under ckpt_dir: the teacher cache
+CURSOR_FILE = "cursor.json"  # under ckpt_dir: the running session's cursor, every step
 NEXT_WEIGHTS_FILE = "model.next.safetensors"  # an export's weights until its state is written
 
 
@@ -99,6 +103,9 @@ class CumulativeConfig:
     # decay per step (0: the trained weights themselves); the curve row holds both's held-out
     ema_decay: float = 0.98
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
+    # keep each sequence's teacher signal under <ckpt_dir>/teacher (a speed-up: computed once
+    # per machine instead of once per epoch; mtad_train.teacher)
+    teacher_cache: bool = True
 
     def train_config(self, autocast: bool) -> HeadTrainConfig:
         return HeadTrainConfig(
@@ -119,6 +126,14 @@ class CumulativeConfig:
         )
 
 
+@dataclass
+class TeacherAheadConfig(CumulativeConfig):
+    """Fill the cumulative training's teacher cache ahead of it, in a second process (same
+    options as ``cumulative``: the same sources, cut length, k and teacher dtype)."""
+
+    ahead_steps: int = 300  # how many steps ahead of the training's cursor to go
+
+
 # --- the data stream -------------------------------------------------------------------------
 @dataclass
 class Source:
@@ -133,6 +148,10 @@ class Source:
     max_len: int = 1024
     folder: bool = False  # a folder of shards (a path without a suffix: it may not exist yet)
     files: list[str] = field(default_factory=list)  # the files read
+    # where each sequence comes from: (index into ``files``, index in that file), and each
+    # file's sequence lengths as cut (a teacher cache is kept per file)
+    origins: list[tuple[int, int]] = field(default_factory=list)
+    file_lengths: list[list[int]] = field(default_factory=list)
     _orders: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -148,7 +167,10 @@ class Source:
 
     def _add(self, file: str | Path) -> None:
         ids = read_ids(file)
-        self.seqs += [s[: self.max_len] for s in ids.seqs]
+        seqs = [s[: self.max_len] for s in ids.seqs]
+        self.origins += [(len(self.files), i) for i in range(len(seqs))]
+        self.file_lengths.append([len(s) for s in seqs])
+        self.seqs += seqs
         self.plens += ids.plens
         self.files.append(str(file))
 
@@ -230,42 +252,6 @@ def draw_step(
         acc += n
         picked.append((si, j))
     return picked
-
-
-# --- the teacher ------------------------------------------------------------------------------
-@torch.inference_mode()
-def teacher_batch(
-    target: torch.nn.Module,
-    seqs: Sequence[np.ndarray],
-    plens: Sequence[int],
-    topk: int,
-    prompt_weight: float,
-) -> dict[str, Any]:
-    """The batch :func:`mtad_train.head_train.collate` builds from stored shards, computed
-    now: right-padded tokens, the target's final normed state (bfloat16, one "tap"), its top-k
-    next-token log-probabilities and the per-position loss weights."""
-    b, width = len(seqs), max(len(s) for s in seqs)
-    pad = int(getattr(target.config, "pad_token_id", None) or 0)
-    tokens = torch.full((b, width), pad, dtype=torch.long)
-    w = torch.zeros(b, width)
-    for r, (s, p) in enumerate(zip(seqs, plens, strict=True)):
-        n = len(s)
-        tokens[r, :n] = torch.from_numpy(s.astype(np.int64))
-        w[r, : max(p - 1, 0)] = prompt_weight
-        w[r, max(p - 1, 0) : n - 1] = 1.0
-    hidden = target.model(input_ids=tokens).last_hidden_state  # normed
-    logits = target.lm_head(hidden).float()
-    top, ids = logits.topk(topk, dim=-1)  # log-probabilities = logits - logsumexp: one pass
-    vals = top - torch.logsumexp(logits, dim=-1, keepdim=True)
-    # as stored shards round them: bfloat16 features, float16 log-probabilities
-    return {
-        "tokens": tokens,
-        "feats": hidden.to(torch.bfloat16)[:, :, None, :].clone(),
-        "ids": ids,
-        "logp": vals.to(torch.float16).float(),
-        "w": w,
-        "final": "final",
-    }
 
 
 # --- the state of record -----------------------------------------------------------------------
@@ -399,13 +385,16 @@ def run_session(
     }
     state.sessions.append(session)
     cols = column_map(head.vocab_ids, head.vocab_size)
+    teacher = TeacherCache(
+        ckpt / TEACHER_DIR if cfg.teacher_cache else None, target, cfg.topk, cfg.max_len
+    )
     started = last_ckpt = last_export = time.monotonic()
     steps_here = 0
-    stop_asked = _stop_on_term(log)
+    stop_asked = stop_on_term(log)
     while True:
         t0 = time.perf_counter()
         lr = lr_constant(cfg.lr, warmup, steps_here)
-        batches = _next_batches(cfg, target, sources, state)
+        batches = _next_batches(cfg, teacher, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
         if average is not None:
@@ -413,14 +402,10 @@ def run_session(
         state.steps += 1
         steps_here += 1
         state.positions += positions
-        dt = time.perf_counter() - t0
-        state.seconds += dt
+        state.seconds += time.perf_counter() - t0
+        write_cursor(ckpt, state)
         if steps_here % 10 == 0 or steps_here <= 3:
-            ov = (sums["overlap"] / np.maximum(sums["w"], 1e-9)).round(3).tolist()
-            log(
-                f"step {state.steps} pos {state.positions} {dt:.1f}s/step lr {lr:.1e} "
-                f"train overlap by depth {ov}"
-            )
+            _log_step(log, state, time.perf_counter() - t0, lr, sums, teacher)
         now = time.monotonic()
         stop = (
             stop_asked()
@@ -440,7 +425,23 @@ def run_session(
             return state
 
 
-def _stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:
+def _log_step(log, state: CumulativeState, dt: float, lr: float, sums, teacher) -> None:
+    ov = (sums["overlap"] / np.maximum(sums["w"], 1e-9)).round(3).tolist()
+    log(
+        f"step {state.steps} pos {state.positions} {dt:.1f}s/step lr {lr:.1e} "
+        f"train overlap by depth {ov}; teacher cache {teacher.hits} hits, "
+        f"{teacher.misses} computed"
+    )
+
+
+def write_cursor(ckpt: Path, state: CumulativeState) -> None:
+    """The running session's step and cursor, for a process filling the teacher cache ahead
+    (:func:`fill_ahead`); not a resume point (the checkpoint and the export are)."""
+    cursor = {k: asdict(v) for k, v in state.cursor.items()}
+    write_atomic(ckpt / CURSOR_FILE, json.dumps({"steps": state.steps, "cursor": cursor}))
+
+
+def stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:
     """SIGTERM / SIGINT end the session after the current step, with an export (a kill -9
     loses the steps since the last export, nothing else)."""
     import signal
@@ -459,20 +460,68 @@ def _stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:
 
 
 def _next_batches(
-    cfg: CumulativeConfig, target, sources: Sequence[Source], state: CumulativeState
+    cfg: CumulativeConfig, teacher: TeacherCache, sources: Sequence[Source], state: CumulativeState
 ) -> list[dict[str, Any]]:
     """The next step's sequences (advancing the cursor) in micro-batches, with the target's
-    teacher signal computed now."""
+    teacher signal (cached, or computed now)."""
     picked = draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed)
     refs = [SeqRef(si, j, len(sources[si].seqs[j])) for si, j in picked]
+    pad = int(getattr(teacher.target.config, "pad_token_id", None) or 0)
     batches = []
     for mb in ref_batches(refs, cfg.micro_tokens):
         seqs = [sources[r.shard].seqs[r.index] for r in mb]
         plens = [
             min(sources[r.shard].plens[r.index], len(s)) for r, s in zip(mb, seqs, strict=True)
         ]
-        batches.append(teacher_batch(target, seqs, plens, cfg.topk, cfg.prompt_weight))
+        signals = [sequence_signal(teacher, sources[r.shard], r.index) for r in mb]
+        batches.append(assemble_batch(seqs, plens, signals, cfg.prompt_weight, pad))
     return batches
+
+
+def sequence_signal(teacher: TeacherCache, source: Source, j: int) -> TeacherSignal:
+    """The teacher signal of ``source``'s sequence ``j``, through the cache of its file."""
+    fi, i = source.origins[j]
+    file = teacher.file(source.files[fi], source.file_lengths[fi])
+    return teacher.signal(file, i, source.seqs[j])
+
+
+def read_cursor(ckpt: Path, head_dir: Path) -> CumulativeState:
+    """The running session's cursor (:func:`write_cursor`), else the committed one."""
+    try:
+        d = json.loads((ckpt / CURSOR_FILE).read_text())
+    except (OSError, ValueError):
+        return read_state(head_dir)
+    return CumulativeState.from_json({"steps": d["steps"], "cursor": d["cursor"]})
+
+
+def fill_ahead(
+    cfg: CumulativeConfig,
+    teacher: TeacherCache,
+    sources: Sequence[Source],
+    ahead_steps: int,
+    stop: Callable[[], bool],
+    log: Callable[[str], None] = print,
+    poll_s: float = 10.0,
+) -> None:
+    """Fill the teacher cache with the sequences the training draws next: the steps after the
+    running session's cursor are drawn here as :func:`draw_step` will draw them there (the draw
+    is deterministic given the cursor), up to ``ahead_steps`` ahead; when the training passes
+    this process it starts again from the training's cursor. The training computes whatever
+    is missing itself, so this is a speed-up only, and may stop at any time."""
+    ckpt, head_dir = Path(cfg.ckpt_dir), Path(cfg.head)
+    while not stop():
+        state = read_cursor(ckpt, head_dir)
+        computed, k = 0, 0
+        for k in range(ahead_steps):
+            for si, j in draw_step(sources, state.cursor, cfg.tokens_per_step, cfg.seed):
+                fi, i = sources[si].origins[j]
+                file = teacher.file(sources[si].files[fi], sources[si].file_lengths[fi])
+                computed += teacher.ensure(file, i, sources[si].seqs[j]) if file else 0
+            if stop() or read_cursor(ckpt, head_dir).steps > state.steps + k:
+                break  # the training reached this step: go on from where it is
+        log(f"teacher ahead: {computed} sequences computed, {k + 1} steps after step {state.steps}")
+        if computed == 0:
+            time.sleep(poll_s)
 
 
 def _extra(average: WeightAverage | None) -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ from mtad_train.config import (
     HeadTrainCommand,
     ReportCommand,
 )
-from mtad_train.cumulative import CumulativeConfig
+from mtad_train.cumulative import CumulativeConfig, TeacherAheadConfig
 from mtad_train.ids import read_ids, read_kinds, write_ids
 from mtad_train.respond import RespondCommand, respond
 
@@ -449,6 +449,25 @@ def cumulative(cfg: CumulativeConfig) -> None:
     )
 
 
+def teacher_ahead(cfg: TeacherAheadConfig) -> None:
+    """Fill the teacher cache of a cumulative session ahead of its cursor (a second process
+    beside ``cumulative``, on another core): the training then finds most of its teacher
+    signal computed (:func:`mtad_train.cumulative.fill_ahead`)."""
+    from mtad.cpu import choose_dtype
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad_train.cumulative import TEACHER_DIR, Source, fill_ahead, stop_on_term
+    from mtad_train.teacher import TeacherCache
+
+    torch.set_num_threads(cfg.threads)
+    dtype, why = choose_dtype(cfg.teacher_dtype, "cpu")
+    target = load_smollm2_target(dtype)[0]
+    sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
+    teacher = TeacherCache(Path(cfg.ckpt_dir) / TEACHER_DIR, target, cfg.topk, cfg.max_len)
+    log = file_log(Path(cfg.ckpt_dir) / "teacher.log")
+    log(f"teacher ahead: {dtype} ({why}); cache {teacher.root}")
+    fill_ahead(cfg, teacher, sources, cfg.ahead_steps, stop_on_term(log), log)
+
+
 # name -> (configuration, run, help)
 COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "features": (FeaturesCommand, features, "teacher-forced pass: target features + top-k"),
@@ -463,5 +482,10 @@ COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
         CumulativeConfig,
         cumulative,
         "go on training the committed head (resumable)",
+    ),
+    "teacher": (
+        TeacherAheadConfig,
+        teacher_ahead,
+        "fill the cumulative training's teacher cache ahead of it (a second process)",
     ),
 }
