@@ -30,7 +30,22 @@ from mtad.engine.tiny import build_tiny_pair, build_tiny_tokenizer
 from mtad.tokens import eos_token_ids
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DRAFT = "assets/drafts/smollm2-draft"
+MODEL_DRAFT = "assets/drafts/smollm2-draft"  # the independent draft model
+
+
+def pair_default_draft() -> str:
+    """The smollm2 pair's default draft on this host, by the pair config's own rule
+    (``conf/pair/smollm2.yaml``: the feature head where the CPU has native bfloat16, the draft
+    model elsewhere), so a benchmark's default is the harness's."""
+    from omegaconf import OmegaConf
+
+    from mtad.harness.config import register_configs
+
+    register_configs()  # the config's resolvers
+    return str(OmegaConf.load(REPO / "conf" / "pair" / "smollm2.yaml").draft.path)
+
+
+DEFAULT_DRAFT = pair_default_draft()
 STANDIN_DRAFT = REPO / ".dev" / "standin-draft-2l"  # ignored scratch folder, never committed
 STANDIN_LAYERS = 2
 PROMPT_FILE = REPO / "mtad" / "tasks" / "data" / "default_prompts.jsonl"
@@ -77,8 +92,9 @@ def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: i
     g.add_argument(
         "--draft",
         default=DEFAULT_DRAFT,
-        help=f"draft model folder (default {DEFAULT_DRAFT}); 'standin' or a missing "
-        "default builds the stand-in (target's first 2 layers) under .dev/",
+        help=f"draft folder, a model or a feature head (default: the pair's on this host, "
+        f"{DEFAULT_DRAFT}); 'standin' or a missing default builds the stand-in (target's first "
+        "2 layers) under .dev/",
     )
     g.add_argument(
         "--dtype",

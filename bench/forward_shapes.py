@@ -102,7 +102,7 @@ def head_rows(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--draft", default=common.DEFAULT_DRAFT)
+    ap.add_argument("--draft", default=common.MODEL_DRAFT)
     ap.add_argument("--context", type=int, default=120, help="cached tokens before timing")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
