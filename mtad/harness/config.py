@@ -2,9 +2,13 @@
 
 ``conf/config.yaml`` puts ``run_schema`` (:class:`RunConfig`) first in its defaults list, so every
 YAML group composed on top of it is type-checked by OmegaConf at compose time (unknown keys, wrong
-types). Value checks live in the dataclasses' ``__post_init__`` and in the method params
-dataclasses of :mod:`mtad.methods`; :func:`validate` runs all of them *before* any model loads and
-turns the first failure into a one-line :class:`ConfigError` that names the offending key.
+types). The method defaults come from their params dataclasses (:mod:`mtad.methods.params`),
+stored here as ``method/params/<name>`` for ``conf/method/*.yaml`` to compose
+(:func:`register_configs`).
+Value checks live in the dataclasses' ``__post_init__`` and in the method params dataclasses;
+:func:`validate` runs all of them *before* any model loads and turns the first failure into a
+one-line :class:`ConfigError` that names the offending key (the task's own checks run when
+:mod:`mtad.harness.prepare` builds it).
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from mtad.config_types import hints, type_problem
+from mtad.config_types import field_defaults, hints, type_problem
 from mtad.cpu import choose_dtype, native_bf16
 from mtad.engine.spec import LOADER_READS, ModelSpec, draft_kind
+from mtad.methods.params import PARAMS as METHOD_PARAMS
 from mtad.tasks.base import PROTOCOLS
 
-# mtad.methods imports torch (seconds): it is imported inside validate(), not here, because
-# run.py imports this module before Hydra composes anything (--help, --cfg job). Model specs
-# come from the torch-free mtad.engine.spec.
+# The method modules import torch (seconds): their registry (mtad.methods.METHODS) is used
+# inside validate(), not here, because run.py imports this module before Hydra composes anything
+# (--help, --cfg job). Model specs and the methods' params come from torch-free modules
+# (mtad.engine.spec, mtad.methods.params).
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -193,10 +199,21 @@ def if_native_bf16(native: str, otherwise: str) -> str:
 
 
 def register_configs() -> None:
-    """Register the schemas and resolvers (idempotent). Call before Hydra composes
-    ``conf/config.yaml``."""
+    """Register the schema, the defaults and the resolvers (idempotent). Call before Hydra
+    composes ``conf/config.yaml``.
+
+    ``run_schema`` (:class:`RunConfig`) types the root. ``method/params/<name>`` is method
+    ``<name>``'s name and every field of its params dataclass at its default
+    (:data:`mtad.methods.params.PARAMS`), the node ``conf/method/<name>.yaml`` composes first
+    (``params/<name>@_here_``): the YAML holds only what differs on purpose, and every key
+    exists for ``method.<key>=...``. Plain mappings, not typed nodes: the values are checked by
+    the method's dataclass in :func:`validate`, with the one-line messages of
+    :class:`ConfigError`.
+    """
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    for name, params in METHOD_PARAMS.items():
+        cs.store(group="method/params", name=name, node={"name": name, **field_defaults(params)})
     OmegaConf.register_new_resolver("mtad.if_native_bf16", if_native_bf16, replace=True)
 
 
