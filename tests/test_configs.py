@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -142,7 +143,28 @@ def test_method_configs_match_the_registry() -> None:
         assert spec.method_params == dataclasses.asdict(spec.params)
 
 
-@pytest.mark.parametrize("group", ["method"])
+def test_task_configs_match_their_params() -> None:
+    """Each task's keyword options are its params dataclass's fields, and a keyword default
+    that is a value (not a None or "default" that stands for the task's own) is the field's."""
+    from mtad.tasks import TASKS, task_class
+    from mtad.tasks.params import PARAMS
+
+    assert set(names("task")) == set(TASKS) == set(PARAMS)
+    for name in TASKS:
+        defaults = field_defaults(PARAMS[name])
+        options: dict[str, object] = {}
+        for klass in reversed(task_class(name).__mro__):  # a subclass's own default wins
+            init = klass.__dict__.get("__init__")
+            for p in inspect.signature(init).parameters.values() if init else ():
+                if p.kind is p.KEYWORD_ONLY:
+                    options[p.name] = p.default
+        assert set(options) == set(defaults), name
+        for key, default in options.items():
+            if default is not None and default != "default":
+                assert default == defaults[key], f"{name}: {key}"
+
+
+@pytest.mark.parametrize("group", ["method", "task"])
 def test_yamls_take_their_defaults_from_the_params(group: str) -> None:
     """``conf/<group>/<name>.yaml`` composes its dataclass's defaults first (Hydra's
     ConfigStore) and sets only values that differ from them: a default is written once."""

@@ -2,9 +2,10 @@
 
 ``conf/config.yaml`` puts ``run_schema`` (:class:`RunConfig`) first in its defaults list, so every
 YAML group composed on top of it is type-checked by OmegaConf at compose time (unknown keys, wrong
-types). The method defaults come from their params dataclasses (:mod:`mtad.methods.params`),
-stored here as ``method/params/<name>`` for ``conf/method/*.yaml`` to compose
-(:func:`register_configs`).
+types). The method and task defaults come from their params dataclasses
+(:mod:`mtad.methods.params`, :mod:`mtad.tasks.params`), stored here as ``method/params/<name>``
+and ``task/params/<name>`` for ``conf/method/*.yaml`` and ``conf/task/*.yaml`` to compose
+(:func:`register_configs`): runtime, results, method and task defaults each have one place.
 Value checks live in the dataclasses' ``__post_init__`` and in the method params dataclasses;
 :func:`validate` runs all of them *before* any model loads and turns the first failure into a
 one-line :class:`ConfigError` that names the offending key (the task's own checks run when
@@ -29,6 +30,7 @@ from mtad.cpu import choose_dtype, native_bf16
 from mtad.engine.spec import LOADER_READS, ModelSpec, draft_kind
 from mtad.methods.params import PARAMS as METHOD_PARAMS
 from mtad.tasks.base import PROTOCOLS
+from mtad.tasks.params import PARAMS as TASK_PARAMS
 
 # The method modules import torch (seconds): their registry (mtad.methods.METHODS) is used
 # inside validate(), not here, because run.py imports this module before Hydra composes anything
@@ -206,14 +208,17 @@ def register_configs() -> None:
     ``<name>``'s name and every field of its params dataclass at its default
     (:data:`mtad.methods.params.PARAMS`), the node ``conf/method/<name>.yaml`` composes first
     (``params/<name>@_here_``): the YAML holds only what differs on purpose, and every key
-    exists for ``method.<key>=...``. Plain mappings, not typed nodes: the values are checked by
-    the method's dataclass in :func:`validate`, with the one-line messages of
-    :class:`ConfigError`.
+    exists for ``method.<key>=...``; ``task/params/<name>`` likewise for the tasks
+    (:data:`mtad.tasks.params.PARAMS`). Plain mappings, not typed nodes: the values are checked
+    by the method's dataclass and the task's code in :func:`validate` and ``prepare``, with the
+    one-line messages of :class:`ConfigError`.
     """
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
-    for name, params in METHOD_PARAMS.items():
-        cs.store(group="method/params", name=name, node={"name": name, **field_defaults(params)})
+    for group, params in (("method", METHOD_PARAMS), ("task", TASK_PARAMS)):
+        for name, cls in params.items():
+            node = {"name": name, **field_defaults(cls)}
+            cs.store(group=f"{group}/params", name=name, node=node)
     OmegaConf.register_new_resolver("mtad.if_native_bf16", if_native_bf16, replace=True)
 
 
