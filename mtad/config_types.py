@@ -15,6 +15,7 @@ No torch, no package imports: :mod:`mtad.harness.config` (imported before Hydra 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import difflib
 import inspect
 import types
@@ -127,6 +128,15 @@ def keyword_hints(cls: type) -> dict[str, Any]:
             if p.kind is p.KEYWORD_ONLY and p.name in found:
                 out[p.name] = found[p.name]
     return out
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """Every field of the dataclass ``cls`` at its default, in field order (the values Hydra's
+    ConfigStore holds for a method's or a task's config: :mod:`mtad.harness.config`)."""
+    return {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(cls)
+    }
 
 
 def unknown_key(key: str, known: list[str], where: str) -> str:

@@ -4,6 +4,9 @@ reported on one line naming the key; the run signature ignores exactly the non-r
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +16,7 @@ from command_line import check_command_line
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from mtad.config_types import field_defaults
 from mtad.cpu import native_bf16
 from mtad.engine.spec import ModelSpec
 from mtad.harness.config import ConfigError, validate
@@ -125,17 +129,54 @@ def test_every_pair_validates(name: str) -> None:
 
 def test_method_configs_match_the_registry() -> None:
     from mtad.methods import METHODS, build_params
+    from mtad.methods.params import PARAMS
 
-    assert set(names("method")) == set(METHODS)
+    assert set(names("method")) == set(METHODS) == set(PARAMS)
     for name in METHODS:
+        assert METHODS[name][0] is PARAMS[name]  # registered with its params dataclass
         spec = validate(compose_cfg(f"method={name}"))
-        # the YAML spells out every parameter (Hydra overrides only existing keys), at the
-        # dataclass defaults (the single source of defaults; the authors' defaults); the
-        # warping keys come from conf/method/base/warping.yaml, composed into every method
-        yaml_keys = set(compose_cfg(f"method={name}").method) - {"name"}
-        assert yaml_keys == set(spec.method_params)
+        # the composed config has every parameter (Hydra overrides only existing keys), at the
+        # dataclass defaults (the one place of the defaults), from Hydra's ConfigStore
+        composed_keys = set(compose_cfg(f"method={name}").method) - {"name"}
+        assert composed_keys == set(spec.method_params)
         assert spec.params == build_params(name)  # built once, from the config
         assert spec.method_params == dataclasses.asdict(spec.params)
+
+
+def test_task_configs_match_their_params() -> None:
+    """Each task's keyword options are its params dataclass's fields, and a keyword default
+    that is a value (not a None or "default" that stands for the task's own) is the field's."""
+    from mtad.tasks import TASKS, task_class
+    from mtad.tasks.params import PARAMS
+
+    assert set(names("task")) == set(TASKS) == set(PARAMS)
+    for name in TASKS:
+        defaults = field_defaults(PARAMS[name])
+        options: dict[str, object] = {}
+        for klass in reversed(task_class(name).__mro__):  # a subclass's own default wins
+            init = klass.__dict__.get("__init__")
+            for p in inspect.signature(init).parameters.values() if init else ():
+                if p.kind is p.KEYWORD_ONLY:
+                    options[p.name] = p.default
+        assert set(options) == set(defaults), name
+        for key, default in options.items():
+            if default is not None and default != "default":
+                assert default == defaults[key], f"{name}: {key}"
+
+
+@pytest.mark.parametrize("group", ["method", "task"])
+def test_yamls_take_their_defaults_from_the_params(group: str) -> None:
+    """``conf/<group>/<name>.yaml`` composes its dataclass's defaults first (Hydra's
+    ConfigStore) and sets only values that differ from them: a default is written once."""
+    params = importlib.import_module(f"mtad.{group}s.params").PARAMS
+    for name in names(group):
+        own = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{name}.yaml"))
+        assert isinstance(own, dict)
+        assert own.pop("defaults") == [f"params/{name}@_here_", "_self_"], name
+        defaults = json.loads(json.dumps(field_defaults(params[name])))  # tuples as lists
+        assert set(own) <= set(defaults), f"{name}: {sorted(set(own) - set(defaults))}"
+        repeated = sorted(k for k, v in own.items() if v == defaults[k])
+        assert not repeated, f"conf/{group}/{name}.yaml repeats the defaults of {repeated}"
 
 
 BAD_VALUES = [

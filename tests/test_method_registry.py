@@ -1,10 +1,12 @@
-"""A new method is one module in ``mtad/methods/`` plus one ``conf/method/<name>.yaml``.
+"""A new method is its params dataclass in ``mtad/methods/params.py``, one module in
+``mtad/methods/`` and one ``conf/method/<name>.yaml``.
 
 The test copies the package, its configs, ``run.py`` and ``analysis/`` into a temporary folder,
-writes a throwaway method module and its yaml into that copy (and changes nothing else), and
-runs it there in fresh interpreters: the package's own scan imports the module, its decorator
-registers the method, Hydra finds the yaml in the ``method`` group, the preflight asks the
-built method how deep it drafts, the harness runs it beside ``ar`` in one sweep and
+adds a throwaway method's params to that copy's ``params.py`` and writes its module and its yaml
+there (and changes nothing else), and runs it there in fresh interpreters: Hydra's ConfigStore
+holds the params' defaults, the package's own scan imports the module, its decorator registers
+the method, Hydra finds the yaml in the ``method`` group, the preflight asks the built method
+how deep it drafts, the harness runs it beside ``ar`` in one sweep and
 ``analysis/make_tables.py`` compares the two. The working tree is never written to.
 """
 
@@ -28,19 +30,7 @@ from mtad.methods.registry import register_method
 REPO = Path(__file__).resolve().parents[1]
 NAME = "greedy_chain"
 
-MODULE = '''"""Greedy draft and verify, a throwaway method (tests): the draft proposes ``depth``
-tokens greedily, the target keeps the longest prefix it agrees with and adds its own token."""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-import torch
-
-from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult
-from mtad.methods.common import leading_true_count
-from mtad.methods.registry import register_method
-
+PARAMS = """
 
 @dataclass
 class GreedyChainParams:
@@ -49,6 +39,22 @@ class GreedyChainParams:
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
+
+
+PARAMS["greedy_chain"] = GreedyChainParams
+"""
+
+MODULE = '''"""Greedy draft and verify, a throwaway method (tests): the draft proposes ``depth``
+tokens greedily, the target keeps the longest prefix it agrees with and adds its own token."""
+
+from __future__ import annotations
+
+import torch
+
+from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult
+from mtad.methods.common import leading_true_count
+from mtad.methods.params import GreedyChainParams
+from mtad.methods.registry import register_method
 
 
 @register_method(GreedyChainParams)
@@ -82,8 +88,9 @@ class GreedyChain(DecodingMethod):
 '''
 
 YAML = f"""# Greedy draft and verify: a throwaway method written by tests/test_method_registry.py.
-name: {NAME}
-depth: 2
+defaults:
+  - params/{NAME}@_here_
+  - _self_
 """
 
 
@@ -96,13 +103,15 @@ def result_folder(results: Path, method: str) -> Path:
     return folder
 
 
-def test_a_method_module_and_its_yaml_are_all_a_new_method_needs(tmp_path: Path) -> None:
+def test_its_params_a_module_and_a_yaml_are_all_a_new_method_needs(tmp_path: Path) -> None:
     assert NAME not in METHODS  # only the copy below knows it
     tree = tmp_path / "tree"
     skip = shutil.ignore_patterns("__pycache__")
     for folder in ("mtad", "conf", "hydra_plugins", "analysis"):
         shutil.copytree(REPO / folder, tree / folder, ignore=skip)
     shutil.copy2(REPO / "run.py", tree / "run.py")
+    params = tree / "mtad" / "methods" / "params.py"
+    params.write_text(params.read_text() + PARAMS)
     (tree / "mtad" / "methods" / f"{NAME}.py").write_text(MODULE)
     (tree / "conf" / "method" / f"{NAME}.yaml").write_text(YAML)
 

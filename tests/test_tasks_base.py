@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
+from hydra import compose, initialize_config_dir
 from scripted import ScriptedDecoder
 
 from mtad.engine.tiny import build_tiny_tokenizer
@@ -132,7 +132,12 @@ def test_generate_runs_every_sample(tok) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_config_builds(name: str) -> None:
-    cfg = OmegaConf.load(CONF / f"{name}.yaml")
+    """``task=<name>`` as Hydra composes it (its params' defaults, then the YAML's values)."""
+    from mtad.harness.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF.parent), version_base="1.3"):
+        cfg = compose("config", overrides=[f"task={name}"]).task
     task = build_task(cfg)
     assert task.name == name
     assert task.signature()["task"] == name

@@ -38,12 +38,22 @@ def test_generated_set_rebuilds_identically_and_is_big_enough():
     assert sum(len(r["instruction_id_list"]) == 2 for r in rows) > len(rows) // 5
 
 
-def test_the_module_check_mode_agrees(tmp_path):
+def test_the_command_line_check_mode_agrees(tmp_path):
+    """``scripts/instruct_data.py`` (the package has no command line, it imports no argparse)
+    writes the set and --check compares a file with a rebuild."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "instruct_data_script", REPO / "scripts" / "instruct_data.py"
+    )
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
     out = tmp_path / "p.jsonl"
-    assert instruct_data.main(["--out", str(out)]) == 0
-    assert instruct_data.main(["--check", "--out", str(out)]) == 0
+    assert script.main(["--out", str(out)]) == 0
+    assert out.read_bytes() == instruct_data.DATA_FILE.read_bytes()
+    assert script.main(["--check", "--out", str(out)]) == 0
     out.write_text(out.read_text()[:-2] + "\n")
-    assert instruct_data.main(["--check", "--out", str(out)]) == 1
+    assert script.main(["--check", "--out", str(out)]) == 1
 
 
 def _training_texts():

@@ -16,8 +16,9 @@ One job per module:
   :class:`~mtad.engine.warping.Candidates` (made by :func:`warp_candidates`), and samples,
   draws and looks tokens up through it; beam search draws (beam, token) pairs from their scores
   with :func:`sample_with_replacement` / :func:`sample_without_replacement`;
-* :mod:`~mtad.engine.spec`: :class:`ModelSpec` and path resolution, free of torch (config code
-  reads them before any model loads); :mod:`~mtad.engine.loading`: :func:`load_model`,
+* :mod:`~mtad.engine.spec`: :class:`ModelSpec` and path resolution, and :class:`WarpConfig`,
+  free of torch (config code reads them before any model loads);
+  :mod:`~mtad.engine.loading`: :func:`load_model`,
   :func:`load_pair`;
   :mod:`~mtad.engine.smollm2` (the GGUF target) and :mod:`~mtad.engine.tiny` (random test
   models) are two of its sources.
@@ -46,7 +47,7 @@ _SOURCES = {
     "ModelRunner": "runner",
     "ModelSpec": "spec",
     "StepResult": "loop",
-    "WarpConfig": "warping",
+    "WarpConfig": "spec",
     "load_pair": "loading",
     "sample_with_replacement": "warping",
     "sample_without_replacement": "warping",
@@ -66,11 +67,10 @@ if TYPE_CHECKING:
         StepResult,
     )
     from mtad.engine.runner import ModelRunner
-    from mtad.engine.spec import ModelSpec
+    from mtad.engine.spec import ModelSpec, WarpConfig
     from mtad.engine.warping import (
         NEG_INF,
         Candidates,
-        WarpConfig,
         sample_with_replacement,
         sample_without_replacement,
         warp_candidates,

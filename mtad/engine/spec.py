@@ -1,9 +1,12 @@
-"""Where a model comes from, without torch: :class:`ModelSpec` and :func:`resolve_path`.
+"""What a config asks of the engine, without torch: where a model comes from
+(:class:`ModelSpec`, :func:`resolve_path`) and how its distributions are warped
+(:class:`WarpConfig`).
 
-Config code (``mtad.harness.config``, ``run.py --cfg job``, the paper planner) reads and checks
-model specs before any model loads; keeping them here, free of torch and transformers, lets it
-use the engine's own class instead of a mirrored schema. :mod:`mtad.engine.loading` loads what
-a spec names.
+Config code (``mtad.harness.config``, ``run.py --cfg job``, the paper planner, the methods'
+params in :mod:`mtad.methods.params`) reads and checks them before any model loads; keeping them
+here, free of torch and transformers, lets it use the engine's own classes instead of mirrored
+schemas. :mod:`mtad.engine.loading` loads what a spec names; :mod:`mtad.engine.warping` warps
+with a :class:`WarpConfig`.
 """
 
 from __future__ import annotations
@@ -99,6 +102,33 @@ def resolve_path(path: str) -> str:
     return str(p if p.is_absolute() else REPO_ROOT / p)
 
 
+@dataclass(frozen=True)
+class WarpConfig:
+    """Temperature / top-k / top-p applied identically to the target and the draft."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    top_p: float = 1.0  # 1.0 disables top-p
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def scoring(self) -> WarpConfig:
+        """The warping whose probabilities score tokens; temperature 1 stands in for greedy."""
+        if self.greedy:
+            return WarpConfig(temperature=1.0, top_k=self.top_k, top_p=self.top_p)
+        return self
+
+
 __all__ = [
     "DRAFT_KINDS",
     "HEAD_CONFIG_FILE",
@@ -108,6 +138,7 @@ __all__ = [
     "LOADERS",
     "REPO_ROOT",
     "ModelSpec",
+    "WarpConfig",
     "draft_kind",
     "parse_bytes",
     "resolve_path",

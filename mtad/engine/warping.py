@@ -31,35 +31,9 @@ from mtad.engine._warping_cpu import (  # CPU fast paths; NEG_INF is shared with
     top_k_top_p_candidates,
     top_k_top_p_masked,
 )
+from mtad.engine.spec import WarpConfig  # torch-free: the methods' params build it
 
 _TINY = torch.finfo(torch.float32).tiny
-
-
-@dataclass(frozen=True)
-class WarpConfig:
-    """Temperature / top-k / top-p applied identically to the target and the draft."""
-
-    temperature: float = 1.0
-    top_k: int = 0  # 0 disables top-k
-    top_p: float = 1.0  # 1.0 disables top-p
-
-    def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    def scoring(self) -> WarpConfig:
-        """The warping whose probabilities score tokens; temperature 1 stands in for greedy."""
-        if self.greedy:
-            return WarpConfig(temperature=1.0, top_k=self.top_k, top_p=self.top_p)
-        return self
 
 
 def warp_logprobs(logits: torch.Tensor, warp: WarpConfig) -> torch.Tensor:

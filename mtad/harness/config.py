@@ -2,9 +2,14 @@
 
 ``conf/config.yaml`` puts ``run_schema`` (:class:`RunConfig`) first in its defaults list, so every
 YAML group composed on top of it is type-checked by OmegaConf at compose time (unknown keys, wrong
-types). Value checks live in the dataclasses' ``__post_init__`` and in the method params
-dataclasses of :mod:`mtad.methods`; :func:`validate` runs all of them *before* any model loads and
-turns the first failure into a one-line :class:`ConfigError` that names the offending key.
+types). The method and task defaults come from their params dataclasses
+(:mod:`mtad.methods.params`, :mod:`mtad.tasks.params`), stored here as ``method/params/<name>``
+and ``task/params/<name>`` for ``conf/method/*.yaml`` and ``conf/task/*.yaml`` to compose
+(:func:`register_configs`): runtime, results, method and task defaults each have one place.
+Value checks live in the dataclasses' ``__post_init__`` and in the method params dataclasses;
+:func:`validate` runs all of them *before* any model loads and turns the first failure into a
+one-line :class:`ConfigError` that names the offending key (the task's own checks run when
+:mod:`mtad.harness.prepare` builds it).
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from mtad.config_types import hints, type_problem
+from mtad.config_types import field_defaults, hints, type_problem
 from mtad.cpu import choose_dtype, native_bf16
 from mtad.engine.spec import LOADER_READS, ModelSpec, draft_kind
+from mtad.methods.params import PARAMS as METHOD_PARAMS
 from mtad.tasks.base import PROTOCOLS
+from mtad.tasks.params import PARAMS as TASK_PARAMS
 
-# mtad.methods imports torch (seconds): it is imported inside validate(), not here, because
-# run.py imports this module before Hydra composes anything (--help, --cfg job). Model specs
-# come from the torch-free mtad.engine.spec.
+# The method modules import torch (seconds): their registry (mtad.methods.METHODS) is used
+# inside validate(), not here, because run.py imports this module before Hydra composes anything
+# (--help, --cfg job). Model specs and the methods' params come from torch-free modules
+# (mtad.engine.spec, mtad.methods.params).
 
 LOGGERS = ("wandb", "none")
 WANDB_MODES = ("offline", "online", "disabled")
@@ -193,10 +201,24 @@ def if_native_bf16(native: str, otherwise: str) -> str:
 
 
 def register_configs() -> None:
-    """Register the schemas and resolvers (idempotent). Call before Hydra composes
-    ``conf/config.yaml``."""
+    """Register the schema, the defaults and the resolvers (idempotent). Call before Hydra
+    composes ``conf/config.yaml``.
+
+    ``run_schema`` (:class:`RunConfig`) types the root. ``method/params/<name>`` is method
+    ``<name>``'s name and every field of its params dataclass at its default
+    (:data:`mtad.methods.params.PARAMS`), the node ``conf/method/<name>.yaml`` composes first
+    (``params/<name>@_here_``): the YAML holds only what differs on purpose, and every key
+    exists for ``method.<key>=...``; ``task/params/<name>`` likewise for the tasks
+    (:data:`mtad.tasks.params.PARAMS`). Plain mappings, not typed nodes: the values are checked
+    by the method's dataclass and the task's code in :func:`validate` and ``prepare``, with the
+    one-line messages of :class:`ConfigError`.
+    """
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
+    for group, params in (("method", METHOD_PARAMS), ("task", TASK_PARAMS)):
+        for name, cls in params.items():
+            node = {"name": name, **field_defaults(cls)}
+            cs.store(group=f"{group}/params", name=name, node=node)
     OmegaConf.register_new_resolver("mtad.if_native_bf16", if_native_bf16, replace=True)
 
 

@@ -46,6 +46,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from mtad.engine import DecodeStats, LoadedPair
 from mtad.engine.loop import ContextOverflow
 from mtad.harness import generation
 from mtad.harness.callbacks import write_pointer
@@ -65,10 +66,12 @@ from mtad.harness.records import (
     write_samples,
 )
 from mtad.harness.summary import print_run
-from mtad.harness.wandb_logger import make_logger, wandb_run_id
+from mtad.harness.wandb_logger import NullLogger, make_logger, wandb_run_id
 from mtad.runs.folder import ResultsNotWritten
 from mtad.runs.index import find_complete
 from mtad.tasks.base import score_outputs, total_stats
+from mtad.tasks.generator import TextGenerator
+from mtad.tasks.samples import SampleOutput
 
 
 @dataclass
@@ -139,6 +142,7 @@ def _skip_complete(prep: Prepared) -> RunOutcome | None:
 
 
 def _execute(prep: Prepared, t0: float) -> RunOutcome:
+    """Steps 3-6 of the module docstring for a prepared, leased run."""
     rc = prep.spec.cfg
     overhead: dict[str, float] = {"validate": time.perf_counter() - t0}
     generation.configure_torch(rc.runtime)
@@ -150,6 +154,25 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
 
     logger = make_logger(rc.logger)
     energy = EnergyMeter(rc.energy, rc.runtime.device, generation.gpu_ids(pair))
+    _start_wandb(prep, logger)
+    overhead["wandb_init"] = logger.init_s
+    try:
+        outputs, stats, energy_block = _generate(prep, pair, generator, energy, overhead)
+        scores, rows, records = _write_then_score(prep, pair, outputs, overhead)
+        metrics = run_metrics(prep, stats, scores, energy_block, records, overhead)
+        metrics.update(generation.model_facts(pair, memory_before_load))
+        metrics["wandb"] = logger.info()
+        _finish(prep, logger, metrics, records, rows)
+    except BaseException:
+        _cleanup(energy.close, logger.finish, exit_code=1)
+        raise
+    print_run(metrics, f"{prep.signature} -> {prep.result_dir}")
+    return RunOutcome("done", prep.signature, prep.result_dir, metrics)
+
+
+def _start_wandb(prep: Prepared, logger: NullLogger) -> None:
+    """The run's W&B run: named by the signature, its id a function of study and signature."""
+    rc = prep.spec.cfg
     logger.start(
         name=prep.signature,
         group=rc.results.study,
@@ -158,51 +181,69 @@ def _execute(prep: Prepared, t0: float) -> RunOutcome:
         tags=list(rc.tags),
         run_id=wandb_run_id(rc.results.study, prep.signature),
     )
-    overhead["wandb_init"] = logger.init_s
-    try:
-        energy.prepare()
-        overhead["energy_init"] = energy.init_s
-        with _timer(overhead, "warmup"), _context_is_bad_input(prep):
-            generation.warmup(prep, generator)
 
-        with (
-            generation.Progress(prep) as progress,
-            _timer(overhead, "generate_loop"),
-            _context_is_bad_input(prep),
-        ):
-            energy.start()
-            outputs = prep.task.generate(
-                generator, pair.tokenizer, **generation.task_kwargs(prep, pair), progress=progress
-            )
-            stats = total_stats(outputs)
-            energy_block = energy.stop(stats.new_tokens)
 
-        # The generations reach the disk before anything scores them: a scorer that fails
-        # (a hostile completion, a broken gold answer, OOM in the perplexity forward) then
-        # costs the scores, never the decoding.
-        generated, timings = split_timings([unscored_record(out) for out in outputs])
-        with _writing(prep):
-            write_outputs(prep, generated, timings)
-        with _timer(overhead, "score"):
-            scored = score_outputs(prep.task, outputs, pair.target.model)
-        rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
-        records, _ = split_timings(rows)
-        metrics = run_metrics(prep, stats, scored.metrics, energy_block, records, overhead)
-        metrics.update(generation.model_facts(pair, memory_before_load))
-        metrics["wandb"] = logger.info()
-        with _writing(prep):
-            write_samples(prep, records)
-        logger.log_result(wandb_summary(metrics), rows)
-        logger.finish()
-        # Last: the folder counts as complete only once W&B has the run too, so a failure or a
-        # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
-        with _writing(prep):
-            commit(prep, metrics)
-    except BaseException:
-        _cleanup(energy.close, logger.finish, exit_code=1)
-        raise
-    print_run(metrics, f"{prep.signature} -> {prep.result_dir}")
-    return RunOutcome("done", prep.signature, prep.result_dir, metrics)
+def _generate(
+    prep: Prepared,
+    pair: LoadedPair,
+    generator: TextGenerator,
+    energy: EnergyMeter,
+    overhead: dict[str, float],
+) -> tuple[list[SampleOutput], DecodeStats, dict[str, Any]]:
+    """Warm-up, then the timed and metered generation loop: ``(outputs, stats, energy)``."""
+    energy.prepare()
+    overhead["energy_init"] = energy.init_s
+    with _timer(overhead, "warmup"), _context_is_bad_input(prep):
+        generation.warmup(prep, generator)
+
+    with (
+        generation.Progress(prep) as progress,
+        _timer(overhead, "generate_loop"),
+        _context_is_bad_input(prep),
+    ):
+        energy.start()
+        outputs = prep.task.generate(
+            generator, pair.tokenizer, **generation.task_kwargs(prep, pair), progress=progress
+        )
+        stats = total_stats(outputs)
+        energy_block = energy.stop(stats.new_tokens)
+    return outputs, stats, energy_block
+
+
+def _write_then_score(
+    prep: Prepared, pair: LoadedPair, outputs: list[SampleOutput], overhead: dict[str, float]
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The generations to disk, then their scores: ``(task metrics, rows, records)``, the rows
+    with their timings (W&B's table), the records without (``samples.jsonl``)."""
+    # The generations reach the disk before anything scores them: a scorer that fails
+    # (a hostile completion, a broken gold answer, OOM in the perplexity forward) then
+    # costs the scores, never the decoding.
+    generated, timings = split_timings([unscored_record(out) for out in outputs])
+    with _writing(prep):
+        write_outputs(prep, generated, timings)
+    with _timer(overhead, "score"):
+        scored = score_outputs(prep.task, outputs, pair.target.model)
+    rows = [sample_record(rec, out) for rec, out in zip(scored.records, outputs, strict=True)]
+    records, _ = split_timings(rows)
+    return scored.metrics, rows, records
+
+
+def _finish(
+    prep: Prepared,
+    logger: NullLogger,
+    metrics: dict[str, Any],
+    records: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+) -> None:
+    """The scored samples, then W&B's summary and table, then ``metrics.json``."""
+    with _writing(prep):
+        write_samples(prep, records)
+    logger.log_result(wandb_summary(metrics), rows)
+    logger.finish()
+    # Last: the folder counts as complete only once W&B has the run too, so a failure or a
+    # kill in W&B's logging leaves it incomplete and the next attempt redoes both.
+    with _writing(prep):
+        commit(prep, metrics)
 
 
 def run_from_hydra(cfg: DictConfig) -> RunOutcome:

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult, warp_candidates
-from mtad.methods.common import SamplingParams
+from mtad.methods.params import ARParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class ARParams(SamplingParams):
-    pass
 
 
 @register_method(ARParams)

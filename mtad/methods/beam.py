@@ -22,24 +22,12 @@ import torch
 from mtad.engine import (
     NEG_INF,
     DraftRunner,
-    WarpConfig,
     sample_with_replacement,
     sample_without_replacement,
 )
 from mtad.engine._warping_cpu import host_tensor
 from mtad.engine.warping import gumbel_top_k
-
-
-@dataclass(frozen=True)
-class BeamSpec:
-    """What a beam-sampled block is drawn with: ``gamma`` steps on ``beam_width`` beams from
-    the ``warp``-ed distribution, pairs drawn without replacement unless ``replacement``
-    (:attr:`mtad.methods.common.BeamParams.beam` makes one from a method's parameters)."""
-
-    gamma: int
-    beam_width: int
-    warp: WarpConfig
-    replacement: bool = False
+from mtad.methods.params import BeamSpec  # torch-free, beside the params that make one
 
 
 @dataclass

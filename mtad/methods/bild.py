@@ -21,8 +21,6 @@ The fallback test reads the draft's confidence once per drafted token.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mtad.engine import (
@@ -32,26 +30,9 @@ from mtad.engine import (
     StepResult,
     warp_candidates,
 )
-from mtad.methods.common import SamplingParams, check_gamma, leading_true_count
+from mtad.methods.common import leading_true_count
+from mtad.methods.params import BiLDParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class BiLDParams(SamplingParams):
-    fallback_threshold: float = 0.5
-    rollback_threshold: float = 3.0
-    max_draft: int = 8
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.fallback_threshold <= 1.0:
-            raise ValueError(f"fallback_threshold must be in [0, 1], got {self.fallback_threshold}")
-        if self.rollback_threshold <= 0:
-            raise ValueError(f"rollback_threshold must be > 0, got {self.rollback_threshold}")
-        try:
-            check_gamma(self.max_draft)
-        except ValueError as err:
-            raise ValueError(str(err).replace("gamma", "max_draft")) from None
-        super().__post_init__()
 
 
 def raw_confidence(logits: torch.Tensor) -> torch.Tensor:

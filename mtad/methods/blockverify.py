@@ -28,8 +28,6 @@ as in SpS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mtad.engine import (
@@ -42,19 +40,14 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.common import read_block
+from mtad.methods.params import BlockVerifyParams
 from mtad.methods.registry import register_method
 from mtad.methods.sps import (
-    SpSParams,
     draft_tokens,
     greedy_accept,
     normalized_residual,
     residual_mass,
 )
-
-
-@dataclass
-class BlockVerifyParams(SpSParams):
-    """SpS's parameters: block size ``gamma`` and the warping."""
 
 
 def block_log_weights(logp_x: torch.Tensor, logq_x: torch.Tensor) -> torch.Tensor:

@@ -1,63 +1,27 @@
-"""Parameters and tensor helpers shared by several methods."""
+"""Tensor helpers shared by several methods, and the shared parameters (defined, free of torch,
+in :mod:`mtad.methods.params`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from mtad.engine import WarpConfig
-from mtad.methods.beam import BeamSpec
+from mtad.methods.params import (
+    BeamParams,
+    SamplingParams,
+    check_beam_width,
+    check_gamma,
+    check_tau,
+)
 
-
-@dataclass
-class SamplingParams:
-    """Warping shared by target and draft; the authors' defaults (T=1, top-k 10, top-p 0.9)."""
-
-    temperature: float = 1.0
-    top_k: int = 10
-    top_p: float = 0.9
-
-    def __post_init__(self) -> None:
-        self.warp = WarpConfig(self.temperature, self.top_k, self.top_p)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-
-@dataclass
-class BeamParams(SamplingParams):
-    """Block size and beam width of beam-sampled blocks (MTJD, MTAD, MMTAD)."""
-
-    gamma: int = 4
-    beam_width: int = 4
-    replacement: bool = False  # beam sampling with replacement (the paper's default is without)
-
-    def __post_init__(self) -> None:
-        check_gamma(self.gamma)
-        check_beam_width(self.beam_width)
-        super().__post_init__()
-
-    @property
-    def beam(self) -> BeamSpec:
-        """The beam draft's parameters as one object (:func:`mtad.methods.beam.beam_sample`)."""
-        return BeamSpec(self.gamma, self.beam_width, self.warp, self.replacement)
-
-
-def check_gamma(gamma: int) -> None:
-    if not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
-
-
-def check_beam_width(beam_width: int) -> None:
-    if not isinstance(beam_width, int) or beam_width < 1:
-        raise ValueError(f"beam_width must be an integer >= 1, got {beam_width!r}")
-
-
-def check_tau(tau: float) -> None:
-    if not 0.0 < tau <= 1.0:
-        raise ValueError(f"tau must be in (0, 1], got {tau!r}")
+__all__ = [
+    "BeamParams",
+    "SamplingParams",
+    "check_beam_width",
+    "check_gamma",
+    "check_tau",
+    "leading_true_count",
+    "read_block",
+]
 
 
 def leading_true_count(mask: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,6 @@ joint probability, and one token is sampled from the target at that node.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -27,13 +26,8 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.beam import BeamDraft, beam_sample
-from mtad.methods.mtad import MTADParams
+from mtad.methods.params import MMTADParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class MMTADParams(MTADParams):
-    """Same parameters as MTAD: the difference is in verification."""
 
 
 def beam_tree(beams: BeamDraft) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

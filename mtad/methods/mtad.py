@@ -13,7 +13,6 @@ Qin et al., ICLR 2025 (arXiv 2407.09722). One iteration:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -26,17 +25,9 @@ from mtad.engine import (
     warp_candidates,
 )
 from mtad.methods.beam import beam_sample
-from mtad.methods.common import BeamParams, check_tau, read_block
+from mtad.methods.common import read_block
+from mtad.methods.params import MTADParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class MTADParams(BeamParams):
-    tau: float = 0.5
-
-    def __post_init__(self) -> None:
-        check_tau(self.tau)
-        super().__post_init__()
 
 
 def joint_log_ratios(logp_x: torch.Tensor, logq_x: torch.Tensor) -> torch.Tensor:

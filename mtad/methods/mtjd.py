@@ -10,17 +10,10 @@ Counters: a block of ``gamma`` tokens counts as ``gamma - 1`` accepted plus one,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mtad.engine import DecodeContext, DecodingMethod, DraftDepth, StepResult
 from mtad.methods.beam import beam_sample
-from mtad.methods.common import BeamParams
+from mtad.methods.params import MTJDParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class MTJDParams(BeamParams):
-    """Block size, beam width and warping of target beam sampling."""
 
 
 @register_method(MTJDParams)

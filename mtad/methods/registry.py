@@ -7,8 +7,9 @@
         def draft_depth(self) -> DraftDepth | None:
             return None
 
-:mod:`mtad.methods` imports every module of its package, so a new method is one module there
-plus ``conf/method/<name>.yaml``; nothing else lists the methods.
+:mod:`mtad.methods` imports every module of its package, so a new method is its params
+dataclass in :mod:`mtad.methods.params`, one module here and ``conf/method/<name>.yaml``;
+nothing else lists the methods.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ sequential by nature: it reads one acceptance per candidate it tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -28,26 +28,9 @@ from mtad.engine import (
     WarpConfig,
     warp_candidates,
 )
-from mtad.methods.common import SamplingParams
+from mtad.methods.params import SpecInferParams
 from mtad.methods.registry import register_method
 from mtad.methods.sps import residual_candidates
-
-
-@dataclass
-class SpecInferParams(SamplingParams):
-    branching: list[int] = field(default_factory=lambda: [4, 2, 2])
-
-    def __post_init__(self) -> None:
-        given = self.branching
-        try:
-            if isinstance(self.branching, str):
-                self.branching = [int(b) for b in self.branching.split(",")]
-            self.branching = [int(b) for b in self.branching]
-        except (TypeError, ValueError):
-            self.branching = []
-        if not self.branching or any(b < 1 for b in self.branching):
-            raise ValueError(f"branching must be a non-empty list of ints >= 1, got {given!r}")
-        super().__post_init__()
 
 
 @dataclass

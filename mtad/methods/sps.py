@@ -10,8 +10,6 @@ computed for the whole block as tensors and read with one host sync, as in gpt-f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from mtad.engine import (
@@ -25,17 +23,9 @@ from mtad.engine import (
     WarpConfig,
     warp_candidates,
 )
-from mtad.methods.common import SamplingParams, check_gamma, leading_true_count, read_block
+from mtad.methods.common import leading_true_count, read_block
+from mtad.methods.params import SpSParams
 from mtad.methods.registry import register_method
-
-
-@dataclass
-class SpSParams(SamplingParams):
-    gamma: int = 4
-
-    def __post_init__(self) -> None:
-        check_gamma(self.gamma)
-        super().__post_init__()
 
 
 def draft_tokens(

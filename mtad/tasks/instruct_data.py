@@ -3,8 +3,8 @@ IFEval's verifiable instructions, built deterministically and committed as
 ``mtad/tasks/data/instruct_prompts.jsonl`` (IFEval's row format: ``key``, ``prompt``,
 ``instruction_id_list``, ``kwargs``).
 
-    python -m mtad.tasks.instruct_data           # (re)write the committed file
-    python -m mtad.tasks.instruct_data --check   # exit 1 when the file differs from a rebuild
+    python scripts/instruct_data.py           # (re)write the committed file
+    python scripts/instruct_data.py --check   # exit 1 when the file differs from a rebuild
 
 Each prompt is one request sentence (:data:`REQUESTS` over :data:`TOPICS`, hand-written here for
 this set: no evaluation or training text) followed by the instructions, each worded exactly as
@@ -26,10 +26,8 @@ instruction texts come from the installed lm-eval: the same lm-eval gives the sa
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -222,20 +220,13 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare, write nothing")
-    parser.add_argument("--out", type=Path, default=DATA_FILE)
-    args = parser.parse_args(argv)
+def matches(path: Path = DATA_FILE) -> bool:
+    """Whether ``path`` holds exactly a rebuild of the set."""
+    return path.is_file() and path.read_text(encoding="utf-8") == render(build())
+
+
+def write(path: Path = DATA_FILE) -> int:
+    """Write the rebuilt set to ``path``; the number of prompts written."""
     text = render(build())
-    if args.check:
-        same = args.out.is_file() and args.out.read_text(encoding="utf-8") == text
-        print(f"{args.out}: {'identical to a rebuild' if same else 'DIFFERS from a rebuild'}")
-        return 0 if same else 1
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {text.count(chr(10))} prompts -> {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    path.write_text(text, encoding="utf-8")
+    return text.count("\n")

@@ -22,6 +22,7 @@ from lm_eval.tasks import TaskManager
 
 from mtad.tasks.base import DATA_DIR, Task, resolve_data_path
 from mtad.tasks.lmeval_model import MTADLM
+from mtad.tasks.params import LMEvalParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 if TYPE_CHECKING:
@@ -121,11 +122,11 @@ class LMEvalTask(Task):
     def __init__(
         self,
         *,
-        tasks: Sequence[str] = ("mtad_local_arith",),
-        include_path: Sequence[str] | str | None = None,
-        num_fewshot: int | None = None,
-        bootstrap_iters: int = 1000,
-        max_new_tokens: int = 256,
+        tasks: Sequence[str] = LMEvalParams.tasks,
+        include_path: Sequence[str] | str | None = LMEvalParams.include_path,
+        num_fewshot: int | None = LMEvalParams.num_fewshot,
+        bootstrap_iters: int = LMEvalParams.bootstrap_iters,
+        max_new_tokens: int = LMEvalParams.max_new_tokens,
         **common: Any,
     ) -> None:
         super().__init__(max_new_tokens=max_new_tokens, **common)

@@ -35,19 +35,11 @@ from typing import Any
 
 from mtad.tasks.base import Task, check_protocol, resolve_data_path
 from mtad.tasks.mtbench_data import data_root
+from mtad.tasks.params import JUDGE_DEFAULTS, MTBenchParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 NEED_REF_CATS = ("math", "reasoning", "coding")
 _RATING = (re.compile(r"\[\[(\d+\.?\d*)\]\]"), re.compile(r"\[(\d+\.?\d*)\]"))
-JUDGE_DEFAULTS: dict[str, Any] = {
-    "base_url": None,  # e.g. https://api.openai.com/v1 (any OpenAI-compatible server)
-    "model": "gpt-4",
-    "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key
-    "temperature": 0.0,
-    "max_tokens": 2048,
-    "timeout_s": 120.0,
-    "retries": 3,
-}
 MAX_NEW_TOKENS = {"authors": 128, "harness": 512}
 
 
@@ -121,12 +113,12 @@ class MTBenchTask(Task):
     def __init__(
         self,
         *,
-        question_file: str | None = None,
-        reference_model: str = "gpt-4",
-        categories: Sequence[str] | None = None,
-        judge: dict[str, Any] | None = None,
-        max_new_tokens: int | None = None,
-        protocol: str = "harness",
+        question_file: str | None = MTBenchParams.question_file,
+        reference_model: str = MTBenchParams.reference_model,
+        categories: Sequence[str] | None = MTBenchParams.categories,
+        judge: dict[str, Any] | None = None,  # None: JUDGE_DEFAULTS (MTBenchParams.judge)
+        max_new_tokens: int | None = MTBenchParams.max_new_tokens,
+        protocol: str = MTBenchParams.protocol,
         **common: Any,
     ) -> None:
         self.protocol = check_protocol(protocol)

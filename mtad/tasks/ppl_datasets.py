@@ -40,6 +40,12 @@ from rouge_score import rouge_scorer
 
 from mtad.tasks.base import Task
 from mtad.tasks.generator import TextGenerator
+from mtad.tasks.params import (
+    ChatAlpacaParams,
+    ChatGPTPromptsParams,
+    CNNDailyMailParams,
+    PerplexityParams,
+)
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
@@ -73,9 +79,8 @@ class HFPerplexityTask(Task):
     hub_path: ClassVar[str]  # load_dataset(path=...): a hub name or a builder ("json")
     hub_config: ClassVar[str | None] = None
     hub_data_files: ClassVar[str | None] = None
-    default_split: ClassVar[str] = "train"
-    default_template: ClassVar[str] = "{input}"
-    default_max_prompt_tokens: ClassVar[int | None] = None
+    # the data set's split, template and truncation (when the options leave them unset)
+    params: ClassVar[type[PerplexityParams]] = PerplexityParams
     fields: ClassVar[tuple[str, ...]]  # what a local copy must hold
     primary_metric = "rougeL"
     score_record = "rougeL"
@@ -83,23 +88,23 @@ class HFPerplexityTask(Task):
     def __init__(
         self,
         *,
-        path: str | None = None,
-        cache_dir: str | None = None,
-        split: str | None = None,
-        template: str | None = None,
-        max_prompt_tokens: int | None | str = "default",
-        max_new_tokens: int = 128,
+        path: str | None = PerplexityParams.path,
+        cache_dir: str | None = PerplexityParams.cache_dir,
+        split: str | None = None,  # None: the data set's (self.params)
+        template: str | None = None,  # None: the data set's
+        max_prompt_tokens: int | None | str = "default",  # "default": the data set's
+        max_new_tokens: int = PerplexityParams.max_new_tokens,
         **common: Any,
     ) -> None:
         super().__init__(max_new_tokens=max_new_tokens, **common)
         self.path = path
         self.cache_dir = cache_dir
-        self.split = split or self.default_split
-        self.template = template if template is not None else self.default_template
+        self.split = split or self.params.split
+        self.template = template if template is not None else self.params.template
         if "{input}" not in self.template:
             raise ValueError(f"task.template must contain {{input}}, got {self.template!r}")
         if max_prompt_tokens == "default":
-            max_prompt_tokens = self.default_max_prompt_tokens
+            max_prompt_tokens = self.params.max_prompt_tokens
         if max_prompt_tokens is not None and int(max_prompt_tokens) < 1:
             raise ValueError(f"task.max_prompt_tokens must be >= 1 or null: {max_prompt_tokens}")
         self.max_prompt_tokens = None if max_prompt_tokens is None else int(max_prompt_tokens)
@@ -227,6 +232,7 @@ class ChatAlpacaTask(HFPerplexityTask):
     hub_data_files = (
         "https://raw.githubusercontent.com/cascip/ChatAlpaca/main/data/chatalpaca-10k.json"
     )
+    params = ChatAlpacaParams
     fields = ("conversations",)
     primary_metric = None  # the v1 paper reports perplexity on it; ROUGE is recorded
     score_record = None
@@ -249,7 +255,7 @@ class ChatGPTPromptsTask(HFPerplexityTask):
     name = "chatgpt_prompts"
     label = "ChatGPT-prompts"
     hub_path = "MohamedRashad/ChatGPT-prompts"
-    default_max_prompt_tokens = 512
+    params = ChatGPTPromptsParams
     fields = ("human_prompt", "chatgpt_response")
     primary_metric = None
     score_record = None
@@ -268,9 +274,7 @@ class CNNDailyMailTask(HFPerplexityTask):
     label = "CNN/DailyMail 3.0.0"
     hub_path = "abisee/cnn_dailymail"
     hub_config = "3.0.0"
-    default_split = "test"
-    default_template = "Summarize: {input}"
-    default_max_prompt_tokens = 512
+    params = CNNDailyMailParams
     fields = ("article", "highlights")
 
     def rows_to_samples(self, rows: list[dict[str, Any]]) -> list[Sample]:

@@ -28,9 +28,9 @@ from typing import Any
 from mtad.tasks import rows
 from mtad.tasks.base import Task, resolve_data_path
 from mtad.tasks.mtbench_data import data_root
+from mtad.tasks.params import PromptsParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 
-DEFAULT_FILE = "default_prompts.jsonl"
 MTBENCH_PREFIX = "mtbench:"
 
 
@@ -48,11 +48,11 @@ class PromptsTask(Task):
     def __init__(
         self,
         *,
-        files: Sequence[str] = (DEFAULT_FILE,),
-        prompt_field: str = "prompt",
-        kinds: Sequence[str] | None = None,
-        stop: Sequence[str] = (),
-        max_new_tokens: int = 128,
+        files: Sequence[str] = PromptsParams.files,
+        prompt_field: str = PromptsParams.prompt_field,
+        kinds: Sequence[str] | None = PromptsParams.kinds,
+        stop: Sequence[str] = PromptsParams.stop,
+        max_new_tokens: int = PromptsParams.max_new_tokens,
         **common: Any,
     ) -> None:
         super().__init__(max_new_tokens=max_new_tokens, **common)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from mtad.tasks.base import Task, check_positive, check_protocol
+from mtad.tasks.params import SpiderParams
 from mtad.tasks.samples import Sample, SampleOutput, TaskResult
 from mtad.tasks.sqlite_readonly import (
     QueryFailed,
@@ -155,12 +156,12 @@ class SpiderTask(Task):
     def __init__(
         self,
         *,
-        data_dir: str | None = None,
-        split: str = "dev",
-        timeout_s: float = 5.0,
-        max_rows: int = 100_000,
-        max_new_tokens: int = 128,
-        protocol: str = "harness",
+        data_dir: str | None = SpiderParams.data_dir,
+        split: str = SpiderParams.split,
+        timeout_s: float = SpiderParams.timeout_s,
+        max_rows: int = SpiderParams.max_rows,
+        max_new_tokens: int = SpiderParams.max_new_tokens,
+        protocol: str = SpiderParams.protocol,
         **common: Any,
     ) -> None:
         self.protocol = check_protocol(protocol)
