@@ -55,8 +55,8 @@ from mtad.engine import Decoder, DecodeStats
 from mtad.engine.loop import DecodeContext, Phase
 from mtad.methods import METHODS, build_method
 
-# Every method runs at its params dataclass's defaults (the authors' B=4, gamma=4, tau=0.5;
-# sampling T=1, top-k 10, top-p 0.9), the values conf/method/*.yaml spells out.
+# Every method runs at its params dataclass's defaults (mtad/methods/params.py: the authors'
+# B=4, gamma=4, tau=0.5; sampling T=1, top-k 10, top-p 0.9), which conf/method/*.yaml compose.
 DEFAULT_METHODS = "ar,sps,mtad"
 # The speed table's columns (:func:`print_time_split`).
 TIME_SPLIT_COLUMNS = [
