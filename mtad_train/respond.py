@@ -123,10 +123,10 @@ def write_responses(
 ) -> None:
     """Generate and write shards from the folder's ``next_item`` (or ``cfg.first_item``) on,
     until the pool, the time budget or ``cfg.max_items`` ends or a SIGTERM comes."""
-    from mtad_train.cumulative import _stop_on_term
+    from mtad_train.cumulative import stop_on_term
 
     writer = ResponseWriter(cfg, target, tok, items, eval_texts, pool_id, log)
-    stop = _stop_on_term(log)
+    stop = stop_on_term(log)
     t0 = time.monotonic()
     while not stop():
         if cfg.time_budget_s and time.monotonic() - t0 > cfg.time_budget_s:
