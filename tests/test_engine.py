@@ -78,7 +78,9 @@ ALPHA = 1e-3  # false-alarm rate of the exactness test
 @pytest.fixture(scope="module")
 def stat_pair():
     target = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=11)
-    draft = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=12)  # an unrelated draft
+    # an unrelated draft (another seed's), of one layer: what the draft proposes is all these
+    # tests need of it, and its forwards are most of a step's
+    draft = build_tiny_model("llama", "draft", vocab_size=VOCAB, seed=12)
     return target, draft
 
 

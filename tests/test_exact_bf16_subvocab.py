@@ -34,7 +34,8 @@ METHOD = {"sps": {"gamma": 2}, "blockverify": {"gamma": 2}, "specinfer": {"branc
 
 def _pair(dtype: torch.dtype):
     target = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=11).to(dtype)
-    draft = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=12).to(dtype)
+    # tests/test_engine.py's pair: an unrelated one-layer draft
+    draft = build_tiny_model("llama", "draft", vocab_size=VOCAB, seed=12).to(dtype)
     return target, draft
 
 

@@ -5,6 +5,7 @@ exact, its cache holds what a fresh recomputation gives, and both checkpoint lay
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +24,7 @@ from mtad.engine.warping import WarpConfig, warp_logprobs
 from mtad.methods import build_method
 from mtad_train.unroll import unrolled
 
+REPO = Path(__file__).resolve().parents[1]
 TAPS = [1, 2, 3]
 DRAFT_METHODS = {
     "sps": {"gamma": 3},
@@ -327,67 +329,65 @@ def tiny_shards(tmp_path_factory, tiny_target):
     return folder
 
 
+def _train(script: Path, shards: Path, ckpt: Path, until: str, *fault: str, wait: bool = True):
+    """TRAIN_SCRIPT in a subprocess on this checkout's packages: to the end (``until`` inf) or
+    pausing after step ``until``; ``fault``: tests/save_fault.py and its cut."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, *fault, str(script), str(shards), str(ckpt), until]
+    if not wait:
+        return subprocess.Popen(cmd, env=env)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_shards) -> tuple[Path, Path, int]:
+    """The training run without a cut: (its script, its checkpoint folder, its steps), the one
+    every interrupted run below must end on (the script is deterministic: a fresh process
+    builds the same head and reads the same shards)."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    script = folder / "train.py"
+    script.write_text(TRAIN_SCRIPT)
+    full = _train(script, tiny_shards, folder / "a", "inf")
+    assert full.returncode == 0, full.stderr
+    return script, folder / "a", int(full.stdout.split("steps")[1])
+
+
 @pytest.mark.parametrize("kind", ["kill", "enospc"])
 def test_head_training_cut_mid_checkpoint_resumes_to_the_uninterrupted_weights(
-    tmp_path, tiny_shards, kind
+    tmp_path, tiny_shards, uninterrupted, kind
 ):
     """The 4th checkpoint's save is killed half-written, or the disk is full at it: the 3rd
     stays whole, and the run resumed from it ends on the uninterrupted run's exact weights
     (issue 38 item 4; tests/save_fault.py cuts the save)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN_SCRIPT)
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
-
-    def run(out: str, *fault: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, *fault, str(script), str(tiny_shards), str(tmp_path / out), "inf"]
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-
-    full = run("a")
-    assert full.returncode == 0, full.stderr
-    cut = run("b", str(repo / "tests" / "save_fault.py"), f"ckpt.pt:4:{kind}")
+    script, full, _ = uninterrupted
+    fault = str(REPO / "tests" / "save_fault.py")
+    cut = _train(script, tiny_shards, tmp_path / "b", "inf", fault, f"ckpt.pt:4:{kind}")
     assert cut.returncode != 0 and not (tmp_path / "b" / "final_weights.pt").exists()
     if kind == "enospc":
         assert "No space left on device" in cut.stderr, cut.stderr[-2000:]
     kept = torch.load(tmp_path / "b" / "ckpt.pt", weights_only=False)["state"]["step"]
     assert kept == 3  # the last whole checkpoint (one per step)
-    resumed = run("b")
+    resumed = _train(script, tiny_shards, tmp_path / "b", "inf")
     assert resumed.returncode == 0, resumed.stderr
-    a = torch.load(tmp_path / "a" / "final_weights.pt")
+    a = torch.load(full / "final_weights.pt")
     b = torch.load(tmp_path / "b" / "final_weights.pt")
     for k in a:
         assert torch.equal(a[k], b[k]), f"{k} differs after a cut checkpoint + resume"
 
 
-def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_path, tiny_shards):
-    import os
+def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(
+    tmp_path, tiny_shards, uninterrupted
+):
     import signal
-    import subprocess
-    import sys
     import time
 
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    full = subprocess.run(
-        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "a"), "inf"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert full.returncode == 0, full.stderr
-    total = int(full.stdout.split("steps")[1])
+    script, full, total = uninterrupted
     assert total >= 6
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"), str(total // 2)],
-        env=env,
-    )
+    proc = _train(script, tiny_shards, tmp_path / "b", str(total // 2), wait=False)
     ckpt = tmp_path / "b" / "ckpt.pt"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -399,19 +399,13 @@ def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(tmp_
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (tmp_path / "b" / "final_weights.pt").exists()  # killed mid-run
-    resumed = subprocess.run(
-        [sys.executable, str(script), str(tiny_shards), str(tmp_path / "b"), "inf"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    resumed = _train(script, tiny_shards, tmp_path / "b", "inf")
     assert resumed.returncode == 0, resumed.stderr
-    a = torch.load(tmp_path / "a" / "final_weights.pt")
+    a = torch.load(full / "final_weights.pt")
     b = torch.load(tmp_path / "b" / "final_weights.pt")
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), f"{k} differs after kill + resume"
-    first = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=False)["state"]["history"][0]
-    last = torch.load(tmp_path / "a" / "ckpt.pt", weights_only=False)["state"]["history"][-1]
+    first = torch.load(full / "ckpt.pt", weights_only=False)["state"]["history"][0]
+    last = torch.load(full / "ckpt.pt", weights_only=False)["state"]["history"][-1]
     assert last["kl"][0] < first["kl"][0]  # it learned something

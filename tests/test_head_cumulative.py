@@ -107,18 +107,30 @@ SESSION = textwrap.dedent(
 )
 
 
-@pytest.fixture()
-def head_folder(tmp_path):
+@pytest.fixture(scope="module")
+def head_template(tmp_path_factory):
+    """A committed head built from the tiny target, the ids it trains on and the session
+    script, once per module: every test starts from a copy of this head (the sessions read the
+    ids where they are: a source's path seeds its order)."""
     from mtad.engine.feature_head import FeatureHead, HeadSpec
     from mtad.engine.tiny import build_tiny_model
 
+    root = tmp_path_factory.mktemp("head")
     target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
     head = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
-    folder = tmp_path / "repo" / "head"
+    folder = root / "repo" / "head"
     head.save(folder)
-    _ids(tmp_path / "repo" / "ids.npz", 300, 5)
-    script = tmp_path / "session.py"
+    _ids(root / "repo" / "ids.npz", 300, 5)
+    script = root / "session.py"
     script.write_text(SESSION)
+    return folder, script
+
+
+@pytest.fixture()
+def head_folder(tmp_path, head_template):
+    template, script = head_template
+    folder = tmp_path / "repo" / "head"
+    shutil.copytree(template, folder)
     return folder, script
 
 
@@ -231,9 +243,21 @@ def _weights_and_digest(folder: Path) -> tuple[bytes, str | None]:
     return blob, read_state(folder).export
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_4(tmp_path_factory, head_template):
+    """4 steps from the committed head, a local checkpoint after each, nothing cut: (the head
+    folder it exported to, its checkpoint folder)."""
+    template, script = head_template
+    root = tmp_path_factory.mktemp("straight")
+    straight = root / "straight"
+    shutil.copytree(template, straight)
+    _session(script, straight, root / "ck0", 4, ckpt_s="1e-9")
+    return straight, root / "ck0"
+
+
 @pytest.mark.parametrize("kind", ["kill", "enospc"])
 def test_a_checkpoint_cut_short_keeps_the_last_one_and_resumes_to_the_uninterrupted_weights(
-    tmp_path, head_folder, kind
+    tmp_path, head_folder, uninterrupted_4, kind
 ):
     """The 3rd local checkpoint's save is killed half-written or hits a full disk: the 2nd stays
     whole, and the session resumed from it ends on the uninterrupted run's exact weights (its
@@ -241,9 +265,7 @@ def test_a_checkpoint_cut_short_keeps_the_last_one_and_resumes_to_the_uninterrup
     import torch
 
     folder, script = head_folder
-    straight = tmp_path / "straight"
-    shutil.copytree(folder, straight)
-    _session(script, straight, tmp_path / "ck0", 4, ckpt_s="1e-9")
+    straight, straight_ckpt = uninterrupted_4
     ckpt = tmp_path / "ck1"
     out = _session(script, folder, ckpt, 4, ckpt_s="1e-9", fault=f"ckpt.pt:3:{kind}")
     if kind == "enospc":
@@ -252,7 +274,7 @@ def test_a_checkpoint_cut_short_keeps_the_last_one_and_resumes_to_the_uninterrup
     assert kept["state"]["steps"] == 2  # the last whole one
     log = _session(script, folder, ckpt, 2, ckpt_s="1e-9")
     assert "resumed the local checkpoint: step 2" in log
-    a, b = (torch.load(d / "ckpt.pt", weights_only=False) for d in (tmp_path / "ck0", ckpt))
+    a, b = (torch.load(d / "ckpt.pt", weights_only=False) for d in (straight_ckpt, ckpt))
     assert a["state"]["steps"] == b["state"]["steps"] == 4
     for k in a["head"]:
         assert torch.equal(a["head"][k], b["head"][k]), k

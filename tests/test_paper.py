@@ -4,6 +4,8 @@ checked against the runs' metrics.json, hardware separation, and a re-render tha
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
 import math
 import os
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 import pytest
@@ -156,6 +159,25 @@ def _reproduce(
     return out, time.perf_counter() - t0
 
 
+@functools.cache
+def _script() -> ModuleType:
+    """``scripts/reproduce.py`` as a module: what needs no W&B and is not about the process
+    (planning, re-rendering records) runs in the test's process, without a new interpreter's
+    imports."""
+    spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reproduce_here(capsys: pytest.CaptureFixture, root: Path, *args: str) -> tuple[int, str]:
+    """``reproduce.py ARGS --root ROOT --wandb-dir ROOT`` in this process: exit code, stdout."""
+    capsys.readouterr()
+    code = _script().main([*args, "--root", str(root), "--wandb-dir", str(root)])
+    return code, capsys.readouterr().out
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, str]:
     root = tmp_path_factory.mktemp("paper")
@@ -291,14 +313,9 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
     metrics["cpu_model"] = "Some Other CPU"
     ar0.write_text(json.dumps(metrics))
 
-    import importlib.util
-
     import mtad.engine.loading
 
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
-    assert spec and spec.loader
-    reproduce = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reproduce)
+    reproduce = _script()
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded / a run launched during a re-render")
@@ -328,25 +345,31 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
     assert not math.isnan(row["mean"].item())
 
 
-def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(tmp_path: Path) -> None:
-    out, _ = _reproduce(
+def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Every run of the paper profile composed and validated (~1,300, the suite's longest
+    planning): in this process, as the script's main() does it, since the check is the plan
+    and what it prints, not a process boundary; the preset below goes through run.py."""
+    code, stdout = _reproduce_here(
+        capsys,
         tmp_path,
         "all",
         "--profile",
         "paper",
         "--dry-run",
         "hydra/launcher=submitit_slurm",
-        timeout=300,
+        f"hydra.sweep.dir={tmp_path}/multirun",
     )
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert code == 0, stdout[-2000:]
     for recipe in recipe_names():
-        assert f"  {recipe} " in out.stdout
-    assert "hydra/launcher=submitit_slurm" in out.stdout
+        assert f"  {recipe} " in stdout
+    assert "hydra/launcher=submitit_slurm" in stdout
     # pairs x 3 seeds x (methods x tasks) main runs, each listed with its state
     grid = yaml.safe_load((REPO / "experiments" / "main.yaml").read_text())["runs"][0]
     n_main = len(load_profile("paper").pairs) * 3 * len(grid["method"]) * len(grid["task"])
-    assert re.search(rf"^  main\s+{n_main} runs", out.stdout, re.M), out.stdout[:2000]
-    listed = out.stdout.count("      missing  ") + out.stdout.count("      not_run  ")
+    assert re.search(rf"^  main\s+{n_main} runs", stdout, re.M), stdout[:2000]
+    listed = stdout.count("      missing  ") + stdout.count("      not_run  ")
     assert listed >= n_main
     # The preset itself launches through the recipe sweeper and takes the launcher override.
     preset = subprocess.run(
@@ -386,15 +409,24 @@ def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
     assert "hydra.sweeper.params: a paper preset runs the experiments/ recipes" in out.stderr
 
 
-def test_an_export_names_no_folder_of_this_machine(
-    smoke: tuple[Path, float, str], tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def export(smoke: tuple[Path, float, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``--render-only --export`` of the smoke study, its W&B analysis run included (in a
+    subprocess: W&B stays out of the test process); the tests of an export share it."""
     study, _, _ = smoke
-    dest = tmp_path / "reference"
+    dest = tmp_path_factory.mktemp("export") / "reference"
     out, _ = _reproduce(
         study.parent, "all", "--profile", "smoke", "--render-only", "--export", str(dest)
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return dest
+
+
+def test_an_export_names_no_folder_of_this_machine(
+    smoke: tuple[Path, float, str], export: Path
+) -> None:
+    study, _, _ = smoke
+    dest = export
     texts = {p: p.read_text() for p in dest.rglob("*") if p.suffix in (".md", ".txt", ".json")}
     assert "--root <wandb-dir> --wandb-dir <wandb-dir>" in texts[dest / "command.txt"]  # one folder
     leaks = [p.name for p, text in texts.items() if str(study.parent) in text or str(REPO) in text]
@@ -605,28 +637,25 @@ def _rendered_files(study: Path) -> dict[str, bytes]:
 
 
 def test_an_export_rerenders_from_its_records_with_no_run_folder(
-    smoke: tuple[Path, float, str], tmp_path: Path
+    smoke: tuple[Path, float, str], export: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     """``--export`` writes records/; ``--records`` renders every table, figure and claim of
     the export again while the study's run folders are out of reach, and the tables are the
-    exported ones, byte for byte."""
+    exported ones, byte for byte (the re-render in this process: it launches nothing)."""
     study, _, _ = smoke
-    dest = tmp_path / "reference"
-    out, _ = _reproduce(
-        study.parent, "all", "--profile", "smoke", "--render-only", "--export", str(dest),
-        "--no-wandb",
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    dest = export
     assert (dest / "records" / "runs.jsonl").is_file() and (
         dest / "records" / "plan.jsonl"
     ).is_file()
     hidden = study.with_name(study.name + ".hidden")
     study.rename(hidden)  # no run folder where the study was
     try:
-        again, _ = _reproduce(tmp_path / "again", "--records", str(dest / "records"), "--no-wandb")
+        code, stdout = _reproduce_here(
+            capsys, tmp_path / "again", "--records", str(dest / "records"), "--no-wandb"
+        )
     finally:
         hidden.rename(study)
-    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert code == 0, stdout[-2000:]
     rerendered = tmp_path / "again" / study.name
     expected = _rendered_files(dest)
     assert {f"tables/{r}.{e}" for r in recipe_names() for e in ("md", "tex", "csv")} <= set(
@@ -637,10 +666,14 @@ def test_an_export_rerenders_from_its_records_with_no_run_folder(
     assert figures and figures == {p.name for p in (rerendered / "figures").glob("*.png")}
 
 
-def test_the_committed_reference_rerenders_to_its_tables(tmp_path: Path) -> None:
+def test_the_committed_reference_rerenders_to_its_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     reference = REPO / "results" / "reference" / "cpu"
-    out, _ = _reproduce(tmp_path, "--records", str(reference / "records"), "--no-wandb")
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    code, stdout = _reproduce_here(
+        capsys, tmp_path, "--records", str(reference / "records"), "--no-wandb"
+    )
+    assert code == 0, stdout[-2000:]
     study = next(p for p in tmp_path.iterdir() if (p / "tables").is_dir())
     assert _rendered_files(study) == _rendered_files(reference)
 
