@@ -22,7 +22,7 @@ import hydra
 from omegaconf import DictConfig
 
 from mtad.harness.cli import report_config_error, run_app
-from mtad.harness.config import ConfigError, register_configs
+from mtad.harness.config import ConfigError, register_configs, validate
 from mtad.harness.interrupt import exit_interrupted
 
 if TYPE_CHECKING:
@@ -33,12 +33,14 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> RunOutcome | None:
-    # Here, not at the top: the runner imports torch (seconds), which --help, --cfg and a
-    # command line Hydra cannot compose do not need.
-    from mtad.harness.job import run_from_hydra
     from mtad.runs.folder import ResultsNotWritten
 
     try:
+        # A bad value is one line before the runner's imports (torch and transformers: ~4 s,
+        # which --help, --cfg and a command line Hydra cannot compose do not need either).
+        validate(cfg)
+        from mtad.harness.job import run_from_hydra
+
         return run_from_hydra(cfg)  # the outcome goes to the callbacks (InterruptReport)
     except ConfigError as err:
         report_config_error(err)

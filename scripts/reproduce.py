@@ -52,7 +52,7 @@ from mtad.paper.plan import (  # noqa: E402
 from mtad.paper.recipes import PROFILES, RecipeError  # noqa: E402
 from mtad.paper.render import render  # noqa: E402
 from mtad.paper.rendered import Rendered  # noqa: E402
-from mtad.paper.status import hydra_composer  # noqa: E402
+from mtad.paper.status import Composer, hydra_composer  # noqa: E402
 from mtad.runs.folder import write_json  # noqa: E402
 from mtad.runs.store import RECORDS_DIR  # noqa: E402
 
@@ -117,12 +117,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plan_runs(args: argparse.Namespace) -> Plan:
+def plan_runs(args: argparse.Namespace, compose: Composer) -> Plan:
     if args.records is not None:
         return plan_from_records(args.records)
     pairs = args.pairs.split(",") if args.pairs else None
-    with hydra_composer() as compose:
-        return make_plan(args.recipes, args.profile, compose, pairs, args.run_overrides)
+    return make_plan(args.recipes, args.profile, compose, pairs, args.run_overrides)
 
 
 def launch_command(args: argparse.Namespace) -> list[str]:
@@ -147,9 +146,16 @@ def shell_line(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # one composer for the plan before and after the sweep: its cache composes each set of
+    # config-group choices once
+    with hydra_composer() as compose:
+        return _reproduce(args, argv, compose)
+
+
+def _reproduce(args: argparse.Namespace, argv: list[str] | None, compose: Composer) -> int:
     t0 = time.perf_counter()
     try:
-        plan = plan_runs(args)
+        plan = plan_runs(args, compose)
     except RecipeError as err:
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = launch_command(args)
         print(f"running {len(plan.jobs)} runs: {shell_line(cmd)}", flush=True)
         launched_ok = subprocess.run(cmd, cwd=REPO).returncode == 0
-        plan = plan_runs(args)  # the states after the sweep
+        plan = plan_runs(args, compose)  # the states after the sweep
     elif plan.jobs:
         print(f"--render-only: {len(plan.jobs)} runs missing; their cells say so")
     out_dir = Path(args.root) / plan.profile.study

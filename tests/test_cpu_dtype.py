@@ -49,6 +49,8 @@ def _cfg(*overrides):
 
 
 def test_smollm2_pair_resolves_auto_on_this_host_and_hashes_it(monkeypatch, tmp_path):
+    for cap in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):  # the flags below say the host
+        monkeypatch.delenv(cap, raising=False)
     results = f"results.root={tmp_path}"
     for flags, dtype in ((AMX, "bfloat16"), (AVX2, "float32")):
         monkeypatch.setattr(hardware, "cpu_flags", lambda flags=flags: flags)
@@ -90,3 +92,29 @@ def test_benchmarks_cpu_features_read_from_the_host_probe(monkeypatch, flags, te
     assert hardware.cpu_features_text(flags) == text
     monkeypatch.setattr(hardware, "cpu_flags", lambda: flags)
     assert hardware.cpu_features_text() == text
+
+
+@pytest.mark.parametrize(
+    ("env", "capped"),
+    [
+        ({}, False),
+        ({"ATEN_CPU_CAPABILITY": "avx2"}, True),
+        ({"ATEN_CPU_CAPABILITY": "default"}, True),
+        ({"ATEN_CPU_CAPABILITY": "avx512"}, False),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "avx2_vnni"}, True),
+        ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, False),
+    ],
+)
+def test_kernels_capped_below_avx512_make_bfloat16_not_native(monkeypatch, env, capped):
+    """With torch's kernels capped to AVX2 (how the test command's AVX2 estimate runs on an
+    AVX-512 host) bfloat16 is emulated whatever the flags say: ``auto`` picks float32."""
+    for cap in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+        monkeypatch.delenv(cap, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: AMX)
+    assert hardware.kernels_capped_below_avx512() is capped
+    assert cpu.native_bf16() == (None if capped else "amx_bf16")
+    assert cpu.choose_dtype("auto", "cpu")[0] == ("float32" if capped else "bfloat16")
+    assert cpu.native_bf16(AMX) == "amx_bf16"  # flags given: a hypothetical host, no cap

@@ -303,7 +303,9 @@ cfg = HeadTrainConfig(depths=3, epochs=2.0, tokens_per_step=160, micro_tokens=96
                       warmup_steps=2, reg_weight=1.0, ckpt_every_s=0.0)
 data = ShardData(sorted(data_dir.glob("shard*")), need_final=True)
 def on_step(state, rec):
-    if state.step >= steps_before_pause:  # a slow step: the test kills the process here
+    # the step after the pause step is slow: the pause step's checkpoint (one a step) is on
+    # disk by then, and the test, which waits for it, kills the process during this sleep
+    if state.step > steps_before_pause:
         import time; time.sleep(30)
 state = train(head, data, cfg, ckpt, on_step=on_step, log=lambda m: None)
 torch.save(head.state_dict(), ckpt / "final_weights.pt")

@@ -24,9 +24,11 @@ of the sweep's methods and the verdicts of the preset's claims.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict
 
 from mtad.harness.cli import composition_error, parse_overrides, report_config_error
-from mtad.harness.config import ConfigError
+from mtad.harness.config import ConfigError, validate
 from mtad.harness.summary import print_compare, print_runs
 from mtad.runs.claims import Claim
 from mtad.runs.folder import METRICS_FILE, write_json
@@ -92,26 +94,39 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
 def validate_sweep(config: DictConfig) -> int:
     """Compose and prepare every job of the sweep; raise :class:`ConfigError` naming the key
     and the job. Returns the number of jobs."""
-    # Imported here: prepare brings the engine and transformers (5-9 s on 2 cores), which a
-    # command whose sweeper is not the basic one (a paper preset refused for its device, a
-    # dry run) never needs, and Hydra imports this module for every multirun.
-    from mtad.harness.prepare import prepare
-
     loader = GlobalHydra.instance().config_loader()
     jobs = sweep_jobs(config)
-    for num, overrides in enumerate(jobs):
-        where = f" [job {num}: {' '.join(overrides) or 'no overrides'}]"
-        try:
+    configs = []
+    for num, overrides in enumerate(jobs):  # the values first: no torch import yet
+        with _naming_the_job(num, overrides):
             job_cfg = loader.load_sweep_config(master_config=config, sweep_overrides=overrides)
             with open_dict(job_cfg):
                 job_cfg.pop("hydra", None)  # hydra.job.num & co. exist only inside the job
+            validate(job_cfg)
+        configs.append(job_cfg)
+    # Imported here: prepare brings the engine and transformers (~4 s), which a sweep with a
+    # bad value, a command whose sweeper is not the basic one (a paper preset refused for its
+    # device, a dry run) never needs, and Hydra imports this module for every multirun.
+    from mtad.harness.prepare import prepare
+
+    for num, (overrides, job_cfg) in enumerate(zip(jobs, configs, strict=True)):
+        with _naming_the_job(num, overrides):
             prepare(job_cfg)
-        except ConfigError as err:
-            raise ConfigError(err.key, err.message + where) from err
-        except Exception as err:  # noqa: BLE001 - Hydra's composition errors span lines
-            found = composition_error(err, parse_overrides(overrides))
-            raise ConfigError(found.key, found.message + where) from err
     return len(jobs)
+
+
+@contextlib.contextmanager
+def _naming_the_job(num: int, overrides: Sequence[str]) -> Iterator[None]:
+    """A :class:`ConfigError` (or Hydra's composition error) of sweep job ``num`` as one
+    :class:`ConfigError` that names the job."""
+    where = f" [job {num}: {' '.join(overrides) or 'no overrides'}]"
+    try:
+        yield
+    except ConfigError as err:
+        raise ConfigError(err.key, err.message + where) from err
+    except Exception as err:  # noqa: BLE001 - Hydra's composition errors span lines
+        found = composition_error(err, parse_overrides(overrides))
+        raise ConfigError(found.key, found.message + where) from err
 
 
 class ValidateSweep(Callback):

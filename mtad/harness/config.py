@@ -372,8 +372,6 @@ def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
     """A key the spec's loader ignores (``path`` under ``smollm2_gguf``, ``device_map`` under
     ``tiny`` ...) must not be set: the run would silently use something else. ``tiny`` options
     are checked against :func:`mtad.engine.tiny.build_tiny_model`'s parameters."""
-    from mtad.engine.tiny import build_tiny_model
-
     reads = LOADER_READS[spec.loader]
     for f in dataclasses.fields(ModelSpec):
         value = getattr(spec, f.name)
@@ -386,8 +384,12 @@ def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
                 f"the {spec.loader} loader ignores {f.name} (set to {value!r}); remove it "
                 f"({prefix}.{f.name}=null), or pick a loader that reads it ({', '.join(users)})",
             )
+    if not spec.tiny:
+        return
+    from mtad.engine.tiny import build_tiny_model  # transformers: only for the tiny loader
+
     options = hints(build_tiny_model)
-    for name, value in (spec.tiny or {}).items():
+    for name, value in spec.tiny.items():
         if name not in options:
             raise ConfigError(f"{prefix}.tiny.{name}", f"not an option (has {sorted(options)})")
         problem = type_problem(value, options[name])
@@ -397,10 +399,10 @@ def _check_loader_reads(prefix: str, spec: ModelSpec) -> None:
 
 def _method_params(name: str, params: dict[str, Any]) -> Any:
     """The method's validated params dataclass, defaults filled in (no model is built)."""
-    from mtad.methods import METHODS, build_params
+    from mtad.methods.params import PARAMS, build_params
 
-    if name not in METHODS:
-        raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(METHODS)}")
+    if name not in PARAMS:
+        raise ConfigError("method.name", f"unknown method {name!r}; choose from {sorted(PARAMS)}")
     # null means "off", as in transformers' generation config
     for key, off in NULL_MEANS_OFF.items():
         if key in params and params[key] is None:

@@ -110,6 +110,16 @@ def synchronize_gpus() -> None:
             torch.cuda.synchronize(index)
 
 
+def freeze_heap() -> None:
+    """Move every object alive now (the imports, Hydra's state, earlier jobs' results) out of
+    the cycle collector's reach before a job loads anything, so that :func:`release_memory`
+    scans only what the job made: a full ``gc.collect()`` walks the ~430k objects torch,
+    transformers and Hydra leave (~0.2 s each job of an in-process sweep, 14 s of an 80-run
+    smoke study). Frozen objects are still freed when their last reference goes; a cycle among
+    them is not (none holds a model: each job's models are made after its freeze)."""
+    gc.freeze()
+
+
 def release_memory() -> None:
     """Give a finished run's memory back before the next job of an in-process (basic launcher)
     sweep loads its own. A model dispatched by accelerate holds a reference cycle (its hooks set
@@ -177,6 +187,7 @@ def placement(pair: LoadedPair) -> dict[str, Any]:
 __all__ = [
     "Progress",
     "configure_torch",
+    "freeze_heap",
     "gpu_ids",
     "load_models",
     "model_facts",

@@ -103,6 +103,7 @@ def run(cfg: DictConfig) -> RunOutcome:
     it returns or raises.
     """
     t0 = time.perf_counter()
+    generation.freeze_heap()
     prep = prepare(cfg)
     if skipped := _skip_complete(prep):
         return skipped

@@ -13,8 +13,11 @@ from here (``from mtad.methods.mtad import MTADParams`` still works).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
+from mtad.config_types import conform, hints, type_problem, unknown_key
 from mtad.engine.spec import WarpConfig
 
 
@@ -166,3 +169,24 @@ PARAMS: dict[str, type] = {
     "specinfer": SpecInferParams,
     "sps": SpSParams,
 }
+
+
+def build_params(name: str, **params: Any) -> Any:
+    """Validated params dataclass for method ``name``; unknown keys or bad values raise
+    ``ValueError`` naming them. Here, beside :data:`PARAMS`, so that a config is checked
+    without importing the methods' modules (torch, transformers: seconds before a bad value's
+    one line)."""
+    if name not in PARAMS:
+        raise ValueError(f"method: unknown method {name!r}; choose from {sorted(PARAMS)}")
+    cls = PARAMS[name]
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        message = unknown_key(f"method.{unknown[0]}", known, f"a parameter of {name!r}")
+        raise ValueError(f"method.{unknown[0]}: {message}")
+    types = hints(cls)
+    for key, value in params.items():
+        problem = type_problem(value, types.get(key, Any))
+        if problem:
+            raise ValueError(f"method.{key}: {problem}")
+    return cls(**{k: conform(v, types.get(k, Any)) for k, v in params.items()})

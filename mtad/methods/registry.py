@@ -14,12 +14,11 @@ nothing else lists the methods.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mtad.config_types import conform, hints, type_problem, unknown_key
 from mtad.engine.loop import DraftDepth
+from mtad.methods.params import build_params
 
 if TYPE_CHECKING:
     from mtad.engine import DecodingMethod
@@ -66,25 +65,6 @@ def register_method(params: type) -> Callable[[M], M]:
 
 def _origin(cls: type) -> tuple[str, str]:
     return cls.__module__, cls.__qualname__  # a reloaded module registers the same method again
-
-
-def build_params(name: str, **params: Any) -> Any:
-    """Validated params dataclass for method ``name``; unknown keys or bad values raise
-    ``ValueError`` naming them."""
-    if name not in METHODS:
-        raise ValueError(f"method: unknown method {name!r}; choose from {sorted(METHODS)}")
-    cls = METHODS[name][0]
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(params) - set(known))
-    if unknown:
-        message = unknown_key(f"method.{unknown[0]}", known, f"a parameter of {name!r}")
-        raise ValueError(f"method.{unknown[0]}: {message}")
-    types = hints(cls)
-    for key, value in params.items():
-        problem = type_problem(value, types.get(key, Any))
-        if problem:
-            raise ValueError(f"method.{key}: {problem}")
-    return cls(**{k: conform(v, types.get(k, Any)) for k, v in params.items()})
 
 
 def make_method(name: str, params: Any) -> DecodingMethod:

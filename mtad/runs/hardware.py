@@ -18,6 +18,7 @@ and the default thread count are torch's, probed by the harness
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,9 +74,24 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+def kernels_capped_below_avx512() -> bool:
+    """Whether the environment keeps torch's kernels below AVX-512 on this host
+    (``ATEN_CPU_CAPABILITY=avx2`` or ``default``, or ``ONEDNN_MAX_CPU_ISA`` naming an AVX2 or
+    older ISA): bfloat16 products are then emulated whatever the flags say. The test command's
+    AVX2 estimate runs on an AVX-512 host capped so (``scripts/avx2_estimate.sh``)."""
+    aten = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    return aten in ("avx2", "default") or onednn in ("SSE41", "AVX") or onednn.startswith("AVX2")
+
+
 def native_bf16(flags: frozenset[str] | None = None) -> str | None:
-    """The best native-bfloat16 flag this CPU has (``amx_bf16``, ``avx512_bf16``), or None."""
-    flags = cpu_flags() if flags is None else flags
+    """The best native-bfloat16 flag this CPU has (``amx_bf16``, ``avx512_bf16``), or None;
+    None on this host too while its kernels are capped below AVX-512
+    (:func:`kernels_capped_below_avx512`)."""
+    if flags is None:
+        if kernels_capped_below_avx512():
+            return None
+        flags = cpu_flags()
     return next((f for f in BF16_FLAGS if f in flags), None)
 
 
@@ -131,5 +147,6 @@ __all__ = [
     "device_kind",
     "hardware_key",
     "hardware_text",
+    "kernels_capped_below_avx512",
     "native_bf16",
 ]
