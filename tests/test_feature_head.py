@@ -332,14 +332,20 @@ def tiny_shards(tmp_path_factory, tiny_target):
 
 
 def _train(script: Path, shards: Path, ckpt: Path, until: str, *fault: str, wait: bool = True):
-    """TRAIN_SCRIPT in a subprocess on this checkout's packages: to the end (``until`` inf) or
-    pausing after step ``until``; ``fault``: tests/save_fault.py and its cut."""
+    """TRAIN_SCRIPT on this checkout's packages: to the end (``until`` inf) or pausing after
+    step ``until``; ``fault``: tests/save_fault.py and its cut. A run that is killed or cut runs
+    in a subprocess; one that runs to its end in this process."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, *fault, str(script), str(shards), str(ckpt), until]
+    argv = [str(script), str(shards), str(ckpt), until]
+    if wait and not fault:  # nothing to kill or cut: in this process (no new interpreter)
+        from in_process import run_script_here
+
+        return subprocess.CompletedProcess(argv, 0, run_script_here(argv), "")
+    cmd = [sys.executable, *fault, *argv]
     if not wait:
         return subprocess.Popen(cmd, env=env)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from in_process import run_script_here
 
 from mtad_train.cumulative import (
     CURSOR_FILE,
@@ -135,11 +136,15 @@ def head_folder(tmp_path, head_template):
 
 
 def _session(script, folder, ckpt, steps, export_s="0", wait=True, ckpt_s="0", fault=None):
-    """One training session in a subprocess; ``fault`` (``NAME:N:KIND``) cuts the N-th save of
-    a file NAME short (tests/save_fault.py): the session then fails, and its output is
-    returned for the caller to check."""
+    """One training session: in a subprocess where the process is the point (``wait=False``:
+    the caller kills or signals it; ``fault`` (``NAME:N:KIND``) cuts the N-th save of a file
+    NAME short (tests/save_fault.py): the session then fails, and its output is returned for
+    the caller to check); else in this process (what it leaves on disk is the same, without a
+    new interpreter's ~4 s of imports). Its log."""
     data = str(script.parent / "repo" / "ids.npz")
     cmd = [str(script), str(folder), str(ckpt), data, str(steps), export_s, ckpt_s]
+    if wait and not fault:
+        return run_script_here(cmd)
     cmd = [sys.executable, *([str(SAVE_FAULT), fault] if fault else []), *cmd]
     # this checkout's packages first (an editable install may point at another checkout)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}

@@ -116,7 +116,7 @@ def _assert_exactly_once(tmp: Path, n: int) -> None:
 
 
 def test_ctrl_c_during_a_run(tmp_path: Path) -> None:
-    cmd = _command(tmp_path, *SLOW, "+hydra.callbacks.slow.seconds=1", "hydra.run.dir=h")
+    cmd = _command(tmp_path, *SLOW, "+hydra.callbacks.slow.seconds=0.5", "hydra.run.dir=h")
     first = _interrupt_when(cmd, tmp_path, lambda: _generating(tmp_path, complete=0))
     _assert_one_line(
         first,
@@ -138,7 +138,7 @@ def test_ctrl_c_during_a_sweep(tmp_path: Path) -> None:
         "-m",
         "method=ar,sps,mtad",
         *SLOW,
-        "+hydra.callbacks.slow.seconds=1",
+        "+hydra.callbacks.slow.seconds=0.5",
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
     )
     first = _interrupt_when(cmd, tmp_path, lambda: _generating(tmp_path, complete=1))

@@ -371,13 +371,15 @@ def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(
     assert re.search(rf"^  main\s+{n_main} runs", stdout, re.M), stdout[:2000]
     listed = stdout.count("      missing  ") + stdout.count("      not_run  ")
     assert listed >= n_main
-    # The preset itself launches through the recipe sweeper and takes the launcher override.
+    # The preset itself launches through the recipe sweeper and takes the launcher override
+    # (its main recipe: the plan above composed and validated every run of every recipe).
     preset = subprocess.run(
         [
             sys.executable,
             "run.py",
             "+experiment=opt13b",
             "hydra.sweeper.dry_run=true",
+            "hydra.sweeper.recipes=[main]",
             "hydra/launcher=submitit_slurm",
             f"hydra.sweep.dir={tmp_path}/ms",
         ],
