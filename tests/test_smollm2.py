@@ -99,8 +99,10 @@ def test_real_pair_generates_with_every_method():
 
     from mtad.engine import Decoder
     from mtad.engine.loading import ModelSpec, load_pair
+    from mtad.harness.config import register_configs
     from mtad.methods import METHODS, build_method
 
+    register_configs()  # the pair's config reads the mtad.* resolvers (run alone, too)
     pair_cfg = OmegaConf.load(REPO / "conf" / "pair" / "smollm2.yaml")
     fp32 = {"dtype": "float32"}
     pair = load_pair(

@@ -81,13 +81,19 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 * 2**20)
 
 
+# The most an evictor writes: about what a small pair's decoding forward streams (the smollm2
+# target's weights are 270 MB in bfloat16). Twice a 480 MiB L3 (an Intel Xeon here) made every
+# timed call write ~1 GB: 10 s of a topk measurement, paid on every new host and test worker.
+EVICTOR_MAX_BYTES = 256 * 2**20
+
+
 def cache_evictor() -> Callable[[], None]:
-    """A function that writes a buffer twice the size of the last-level cache, as a decoding
-    forward streams its weights through it: the code between forwards runs with cold caches
-    (the dispatcher's instructions included), where every extra small op costs several times
-    what it does in a tight loop. Kernels for that code are timed after calling it. The buffer
-    lives as long as the function."""
-    buffer = torch.zeros(2 * last_level_cache_bytes() // 4)
+    """A function that writes a buffer twice the size of the last-level cache (at most
+    :data:`EVICTOR_MAX_BYTES`), as a decoding forward streams its weights through it: the code
+    between forwards runs with cold caches (the dispatcher's instructions included), where
+    every extra small op costs several times what it does in a tight loop. Kernels for that
+    code are timed after calling it. The buffer lives as long as the function."""
+    buffer = torch.zeros(min(2 * last_level_cache_bytes(), EVICTOR_MAX_BYTES) // 4)
 
     def evict() -> None:
         buffer.add_(1.0)
