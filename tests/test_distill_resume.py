@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from in_process import run_script_here
 from safetensors.torch import load_file
 
 from mtad_train import objectives as O
@@ -127,6 +128,12 @@ def _env() -> dict[str, str]:
     }
 
 
+def _distill(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """A distillation that runs to its end, in this process (``cmd`` minus the interpreter:
+    no new interpreter's imports); the kills and the cut saves run in subprocesses."""
+    return subprocess.CompletedProcess(cmd, 0, run_script_here(cmd[1:]), "")
+
+
 def _ckpt_step(folder: Path) -> int:
     f = folder / "state.pt"
     if not f.is_file():
@@ -142,7 +149,7 @@ def straight(tmp_path_factory) -> Path:
     """The uninterrupted distillation, run once for this module's resume tests (its folder)."""
     tmp = tmp_path_factory.mktemp("distill")
     _pool(tmp / "pool.jsonl.gz")
-    out = subprocess.run(_cmd(tmp, "a"), env=_env(), capture_output=True, text=True, timeout=600)
+    out = _distill(_cmd(tmp, "a"))
     assert out.returncode == 0, out.stderr[-2000:]
     return tmp / "a"
 
@@ -174,9 +181,7 @@ def test_a_distillation_cut_mid_checkpoint_resumes_to_the_same_end(tmp_path, str
         assert cut.returncode != 0, f"{spec} did not happen"
         assert _ckpt_step(tmp_path / "b" / "ckpt") > 0  # a whole checkpoint is there, read back
     assert "No space left on device" in cut.stderr or cut.returncode == -9
-    resumed = subprocess.run(
-        _cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True, timeout=600
-    )
+    resumed = _distill(_cmd(tmp_path, "b"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     _same_end(straight, tmp_path / "b")
 
@@ -196,9 +201,7 @@ def test_killed_distillation_resumes_to_the_same_end(tmp_path, straight):
     killed_at = _ckpt_step(tmp_path / "b" / "ckpt")
     assert 0 < killed_at < STEPS, killed_at
 
-    resumed = subprocess.run(
-        _cmd(tmp_path, "b"), env=_env(), capture_output=True, text=True, timeout=600
-    )
+    resumed = _distill(_cmd(tmp_path, "b"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert (
         f"resumed from {tmp_path / 'b' / 'ckpt'}: step {killed_at}"
@@ -297,7 +300,7 @@ def test_a_continued_run_draws_prompts_not_already_in_its_data(tmp_path, straigh
     shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
     cmd = _cmd(tmp_path, "c") + ["--data-in", str(straight / "out" / "data.npz")]
     cmd[cmd.index("--replay-ratio") + 1] = "0.5"  # generate soon after loading
-    cont = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    cont = _distill(cmd)
     assert cont.returncode == 0, cont.stderr[-2000:]
 
     def prompts(path: Path) -> list[tuple[int, ...]]:
@@ -338,7 +341,7 @@ def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_r
         cmd[cmd.index("--ckpt-every-s") + 1] = "3600"
         return cmd
 
-    whole = subprocess.run(continued("s"), env=_env(), capture_output=True, text=True, timeout=600)
+    whole = _distill(continued("s"))
     assert whole.returncode == 0, whole.stderr[-2000:]
     filled = "teacher top-16 computed for"
     assert filled in whole.stdout + whole.stderr
@@ -353,9 +356,7 @@ def test_a_run_killed_after_filling_the_teacher_of_loaded_data_resumes_without_r
     proc.kill()
     proc.wait()
     assert _ckpt_step(tmp_path / "k" / "ckpt") == 0
-    resumed = subprocess.run(
-        continued("k"), env=_env(), capture_output=True, text=True, timeout=600
-    )
+    resumed = _distill(continued("k"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     log = resumed.stdout + resumed.stderr
     assert f"resumed from {tmp_path / 'k' / 'ckpt'}: step 0" in log
