@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from mtad.harness.cli import report_config_error, run_app
@@ -36,9 +38,12 @@ def main(cfg: DictConfig) -> RunOutcome | None:
     from mtad.runs.folder import ResultsNotWritten
 
     try:
-        # A bad value is one line before the runner's imports (torch and transformers: ~4 s,
-        # which --help, --cfg and a command line Hydra cannot compose do not need either).
-        validate(cfg)
+        # A single run's bad value is one line before the runner's imports (torch and
+        # transformers: ~4 s, which --help, --cfg and a command line Hydra cannot compose do
+        # not need either). In a sweep it is that job's failure (run_from_hydra), and the
+        # basic sweeper validated every job before any started.
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            validate(cfg)
         from mtad.harness.job import run_from_hydra
 
         return run_from_hydra(cfg)  # the outcome goes to the callbacks (InterruptReport)
