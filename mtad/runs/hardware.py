@@ -78,7 +78,7 @@ def kernels_capped_below_avx512() -> bool:
     """Whether the environment keeps torch's kernels below AVX-512 on this host
     (``ATEN_CPU_CAPABILITY=avx2`` or ``default``, or ``ONEDNN_MAX_CPU_ISA`` naming an AVX2 or
     older ISA): bfloat16 products are then emulated whatever the flags say. The test command's
-    AVX2 estimate runs on an AVX-512 host capped so (``scripts/avx2_estimate.sh``)."""
+    AVX2 estimate runs on an AVX-512 host capped so (``scripts/test_time.py``)."""
     aten = os.environ.get("ATEN_CPU_CAPABILITY", "").lower()
     onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
     return aten in ("avx2", "default") or onednn in ("SSE41", "AVX") or onednn.startswith("AVX2")
