@@ -209,6 +209,30 @@ def test_bad_values_name_their_key_on_one_line(smoke: DictConfig, override: str,
     assert str(info.value).startswith(f"{key}: ") and "\n" not in str(info.value)
 
 
+def test_sections_typed_before_come_back_as_new_objects_and_bad_values_still_fail(
+    smoke: DictConfig,
+) -> None:
+    """validate() types each distinct section once (a planner validates ~1,300 runs): a caller
+    that sets a field of one run's spec changes no other run's, and a section that differs
+    from a valid one by one bad value is checked, not served from the valid one."""
+    specs = [validate(smoke) for _ in range(3)]  # the first typed, the others served
+    for field_of in (lambda s: s.target, lambda s: s.cfg.runtime, lambda s: s.cfg.pair.target):
+        assert len({id(field_of(spec)) for spec in specs}) == 3
+    served = specs[1]
+    served.target.dtype, served.cfg.runtime.threads = "float16", 7
+    again = validate(smoke)
+    assert again.target.dtype == specs[0].target.dtype != "float16"
+    assert again.cfg.runtime.threads == specs[0].cfg.runtime.threads != 7
+    assert dataclasses.asdict(again.cfg) == dataclasses.asdict(specs[0].cfg)
+    for override, key in (
+        ("pair.target.dtype=int8", "pair.target.dtype"),
+        ("runtime.threads=0", "runtime.threads"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            validate(with_values(smoke, override))
+        assert info.value.key == key
+
+
 @pytest.mark.parametrize(
     ("argv", "key"),
     [

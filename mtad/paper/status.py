@@ -129,13 +129,21 @@ class CachedComposer:
         self.compose = compose
         self.conf_dir = conf_dir
         self.cache: dict[tuple[str, ...], DictConfig] = {}
+        # each distinct override string parsed once: a plan repeats the same few dozen
+        self.parser = OverridesParser.create()
+        self.parsed: dict[str, Override] = {}
 
     def _is_group(self, override: Any) -> bool:
         key = override.key_or_group
         return "/" in key or (self.conf_dir / key).is_dir()
 
+    def _parse(self, override: str) -> Override:
+        if override not in self.parsed:
+            self.parsed[override] = self.parser.parse_overrides([override])[0]
+        return self.parsed[override]
+
     def __call__(self, overrides: Sequence[str]) -> DictConfig:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = [self._parse(o) for o in overrides]
         groups = tuple(o.input_line for o in parsed if self._is_group(o))
         values = [o for o in parsed if not self._is_group(o)]
         if groups not in self.cache:
