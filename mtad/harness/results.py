@@ -5,6 +5,7 @@ commit, package versions, hardware, SLURM job). The result folder's format itsel
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -86,13 +87,20 @@ def git_state(cwd: Path | None = None) -> dict[str, Any]:
 
 
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
+    return dict(_installed_versions(tuple(names)))
+
+
+@functools.cache
+def _installed_versions(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """Read once per process: importlib.metadata scans every installed distribution (~15 ms),
+    and an in-process sweep records the environment of each of its runs."""
+    versions: list[tuple[str, str | None]] = []
     for name in names:
         try:
-            versions[name] = metadata.version(name)
+            versions.append((name, metadata.version(name)))
         except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+            versions.append((name, None))
+    return tuple(versions)
 
 
 def hardware() -> dict[str, Any]:
