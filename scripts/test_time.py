@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     out = subprocess.run(cmd, cwd=REPO, env={**os.environ, **CAP}, text=True, capture_output=True)
     wall = time.perf_counter() - t0
-    print(out.stdout[-6000:])
+    # the durations table and the summary line (the progress dots before it are noise)
+    start = out.stdout.find("slowest")
+    print(out.stdout[out.stdout.rfind("\n", 0, start) + 1 :] if start >= 0 else out.stdout[-6000:])
     found = re.search(r" in ([\d.]+)s", out.stdout.strip().splitlines()[-1] if out.stdout else "")
     suite = float(found.group(1)) if found else wall
     low, high = estimate(suite)

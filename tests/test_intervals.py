@@ -15,6 +15,7 @@ from scipy import stats
 from mtad.paper.recipes import load_recipe
 from mtad.paper.render import claims_table
 from mtad.paper.wandb_run import claims_summary
+from mtad.runs import intervals
 from mtad.runs.comparison import (
     COMPARISONS,
     add_comparisons,
@@ -58,6 +59,34 @@ def test_a_fixed_speed_ratio_is_inside_a_narrow_interval() -> None:
     assert (iv.n_prompts, iv.n_seeds) == (PROMPTS, SEEDS)
     assert verdict(iv.lo, iv.hi, "above", 1.0) == HOLDS
     assert verdict(iv.lo, iv.hi, "below", 1.0) == DOES_NOT_HOLD
+
+
+def test_a_repeated_interval_is_served_and_any_other_input_is_computed() -> None:
+    """A render asks for one comparison from several tables: the same inputs give the first
+    interval back; another value, kind, transform or resample count is computed anew (and
+    equals what a fresh computation gives)."""
+    rng = np.random.default_rng(5)
+    tokens, _, base = _times(rng)
+    run = base / 1.2 * rng.lognormal(0.0, 0.05, (SEEDS, PROMPTS))
+    values = PairedValues(run, tokens, base, tokens)
+    first = paired_bootstrap(values, "factor", n_resamples=999)
+    again = paired_bootstrap(
+        PairedValues(*(a.copy() for a in (run, tokens, base, tokens))), "factor", n_resamples=999
+    )
+    assert again is first
+    changed = run.copy()
+    changed[0, 0] *= 1.5
+    other = paired_bootstrap(PairedValues(changed, tokens, base, tokens), "factor", n_resamples=999)
+    assert other is not first and other.mean != first.mean
+    assert paired_bootstrap(values, "change", n_resamples=999).mean == pytest.approx(
+        first.mean**-1 - 1.0, rel=0.05
+    )
+    assert paired_bootstrap(values, "factor", perplexity, n_resamples=999) is not first
+    assert paired_bootstrap(values, "factor", n_resamples=499) is not first
+    fresh = intervals._paired_bootstrap(
+        values, "factor", intervals.identity, 999, intervals.RNG_SEED
+    )
+    assert fresh == first
 
 
 def test_a_fixed_logprob_shift_gives_the_known_ppl_change() -> None:
