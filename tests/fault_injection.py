@@ -93,6 +93,9 @@ class SlowGeneration(Callback):
 
         +hydra.callbacks.slow._target_=fault_injection.SlowGeneration \\
         +hydra.callbacks.slow.seconds=1
+
+    With ``SLOW_GENERATION=off`` in the environment it waits for nothing: a test reruns the
+    very command it interrupted, at full speed.
     """
 
     def __init__(self, seconds: float) -> None:
@@ -100,7 +103,11 @@ class SlowGeneration(Callback):
         self.saved: Any = None
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        import os
         import time
+
+        if os.environ.get("SLOW_GENERATION") == "off":
+            return
 
         from mtad.tasks import generator
 
