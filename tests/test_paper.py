@@ -372,14 +372,15 @@ def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(
     listed = stdout.count("      missing  ") + stdout.count("      not_run  ")
     assert listed >= n_main
     # The preset itself launches through the recipe sweeper and takes the launcher override
-    # (its main recipe: the plan above composed and validated every run of every recipe).
+    # (one recipe of two compositions: the plan above composed and validated every run of
+    # every recipe).
     preset = subprocess.run(
         [
             sys.executable,
             "run.py",
             "+experiment=opt13b",
             "hydra.sweeper.dry_run=true",
-            "hydra.sweeper.recipes=[main]",
+            "hydra.sweeper.recipes=[ablation_beam]",
             "hydra/launcher=submitit_slurm",
             f"hydra.sweep.dir={tmp_path}/ms",
         ],
@@ -390,7 +391,8 @@ def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(
         env={**os.environ, "WANDB_MODE": "offline"},
     )
     assert preset.returncode == 0, preset.stderr[-2000:]
-    assert "(pairs: opt_13b)" in preset.stdout and "  main " in preset.stdout
+    assert "(pairs: opt_13b)" in preset.stdout and "  ablation_beam " in preset.stdout
+    assert "  main " not in preset.stdout  # the recipe asked for, only
 
 
 def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
