@@ -345,7 +345,7 @@ def lr_constant(lr: float, warmup: int, step_in_session: int) -> float:
     return lr * min(1.0, (step_in_session + 1) / max(1, warmup))
 
 
-def lr_at(cfg: CumulativeConfig, warmup: int, step_in_session: int) -> float:
+def session_lr(cfg: CumulativeConfig, warmup: int, step_in_session: int) -> float:
     """The session's learning rate: constant after the warm-up, or with ``cooldown_steps``
     falling linearly towards 0 (the first step at ``lr``, the last at ``lr / cooldown_steps``)."""
     if cfg.cooldown_steps:
@@ -405,7 +405,7 @@ def run_session(
     stop_asked = stop_on_term(log)
     while True:
         t0 = time.perf_counter()
-        lr = lr_at(cfg, warmup, steps_here)
+        lr = session_lr(cfg, warmup, steps_here)
         batches = _next_batches(cfg, teacher, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)

@@ -183,6 +183,71 @@ def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor 
     return m
 
 
+# Rows of logits one fused pass holds at a time: 32 x 12,288 columns in float32 is ~1.5 MB, what
+# a core's L2 keeps, so the passes over a chunk run from cache instead of memory.
+CHUNK_ROWS = 32
+
+
+class _RowStats(torch.autograd.Function):
+    """Per row of ``logits`` ``[n, V']``: the log-normaliser, the values at ``cols`` ``[n, J]``
+    and the top ``k`` values, each in float32 -- all a head's loss reads of a whole row.
+
+    Autograd over ``logits.float()`` then ``logsumexp``, ``gather`` and ``topk`` makes a
+    full-size float32 copy, a full-size zero tensor per gather and top-k, and adds them up: on a
+    CPU the row-wide elementwise passes, not the matmul, were ~60% of a training step (torch
+    profiler, issue 39). Here the forward and the backward run over row chunks that stay in
+    cache, and the backward writes each chunk's gradient once:
+    ``g_lse * softmax(row) + scatter(g_cols) + scatter(g_top)``."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, cols: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
+        n = logits.shape[0]
+        lse = torch.empty(n, dtype=torch.float32)
+        picked = torch.empty(cols.shape, dtype=torch.float32)
+        top_v = torch.empty(n, k, dtype=torch.float32)
+        top_i = torch.empty(n, k, dtype=torch.long)
+        # one chunk buffer, reused: a fresh 1.5 MB tensor per chunk is a fresh mapping whose
+        # pages fault in on first touch, which cost more than the work on them
+        buf = torch.empty(min(n, CHUNK_ROWS), logits.shape[1], dtype=torch.float32)
+        for s in range(0, n, CHUNK_ROWS):
+            e = min(n, s + CHUNK_ROWS)
+            f = buf[: e - s].copy_(logits[s:e])
+            torch.gather(f, -1, cols[s:e], out=picked[s:e])
+            torch.topk(f, k, dim=-1, out=(top_v[s:e], top_i[s:e]))
+            # logsumexp in place, the chunk read last: max, then log(sum(exp(row - max))) + max
+            top = top_v[s:e, :1]  # the row's max
+            torch.add(f.sub_(top).exp_().sum(dim=-1).log_(), top[:, 0], out=lse[s:e])
+        ctx.save_for_backward(logits, lse, cols, top_i)
+        return lse, picked, top_v
+
+    @staticmethod
+    def backward(ctx, g_lse, g_picked, g_top) -> tuple[torch.Tensor | None, None, None]:
+        logits, lse, cols, top_i = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        buf = torch.empty(min(logits.shape[0], CHUNK_ROWS), logits.shape[1], dtype=torch.float32)
+        for s in range(0, logits.shape[0], CHUNK_ROWS):
+            e = min(logits.shape[0], s + CHUNK_ROWS)
+            f = buf[: e - s]
+            if g_lse is None:
+                f.zero_()
+            else:
+                f.copy_(logits[s:e]).sub_(lse[s:e, None]).exp_().mul_(g_lse[s:e, None])
+            if g_picked is not None:
+                f.scatter_add_(-1, cols[s:e], g_picked[s:e])
+            if g_top is not None:
+                f.scatter_add_(-1, top_i[s:e], g_top[s:e])
+            grad[s:e].copy_(f)
+        return grad, None, None
+
+
+def row_stats(
+    logits: torch.Tensor, cols: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logsumexp, values at cols, top-k values)`` of each row of ``logits``, float32,
+    differentiable in ``logits`` (:class:`_RowStats`); ``cols``: non-negative column indices."""
+    return _RowStats.apply(logits, cols, k)
+
+
 def head_loss(
     logits: torch.Tensor,
     t_ids: torch.Tensor,
@@ -197,37 +262,37 @@ def head_loss(
     KL over the target's top-k tokens the head can propose plus one bin for everything else
     (tokens outside the head's sub-vocabulary join the rest bin on both sides), and the warped
     overlap ``sum_v min(p_w, q_w)`` (tokens the head cannot propose have q_w = 0). Only the
-    log-normaliser and a top-k touch the whole row (one float copy of it), the rest is ``[n, K]``:
-    on a CPU the row-wide elementwise work, not the matmul, is what a naive loss spends on."""
-    lf = logits.float()
-    lse = torch.logsumexp(lf, dim=-1, keepdim=True)
+    log-normaliser and a top-k touch the whole row (:func:`row_stats`), the rest is ``[n, K]``."""
     c = t_ids if cols is None else cols[t_ids]
     present = c >= 0
-    log_q = lf.gather(-1, c.clamp_min(0)) - lse  # [n, K]
+    lse, at_c, q_vals = row_stats(logits, c.clamp_min(0), O.AUTHORS_WARP.top_k)
+    log_q = at_c - lse[:, None]  # [n, K]
     p = torch.where(present, t_logp.exp(), 0.0)
     q = torch.where(present, log_q.exp(), 0.0)
     p_rest = (1.0 - p.sum(-1)).clamp_min(1e-6)
     q_rest = (1.0 - q.sum(-1)).clamp_min(1e-6)
     kl = (p * (t_logp - torch.where(present, log_q, 0.0))).sum(-1)
     kl = kl + p_rest * (p_rest.log() - q_rest.log())
-    overlap = warped_overlap_topk(lf, t_logp, c)
+    overlap = warped_overlap_topk(at_c, q_vals, t_logp, c)
     return kl_weight * kl + overlap_weight * (1.0 - overlap), kl, overlap
 
 
-def warped_overlap_topk(lf: torch.Tensor, t_logp: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def warped_overlap_topk(
+    at_c: torch.Tensor, q_vals: torch.Tensor, t_logp: torch.Tensor, c: torch.Tensor
+) -> torch.Tensor:
     """``sum_v min(p_w, q_w)`` under the authors' warping (temperature 1), differentiable in the
-    draft's float logits ``lf`` given its kept set: ``p_w`` from the target's stored top-k
-    log-probabilities ``t_logp``, ``q_w`` renormalised over the draft's own top-k-then-top-p
-    set; ``c``: the compact columns of the target's top-k ids (-1 = not in the head's rows)."""
+    draft's float logits at the target's top-k columns ``at_c`` and its own top-k values
+    ``q_vals`` (sorted): ``p_w`` from the target's stored top-k log-probabilities ``t_logp``,
+    ``q_w`` renormalised over the draft's own top-k-then-top-p set; ``c``: the compact columns
+    of the target's top-k ids (-1 = not in the head's rows)."""
     warp = O.AUTHORS_WARP
     idx, p_w = O.target_sparse(t_logp, warp)  # slots of the target's top-k kept, and p_w
     pc = c.gather(-1, idx)
-    q_vals = lf.topk(warp.top_k, dim=-1).values  # [n, k] sorted
     probs = torch.softmax(q_vals.detach(), dim=-1)
     keep = (probs.cumsum(-1) - probs) < warp.top_p
     q_logz = torch.logsumexp(q_vals.masked_fill(~keep, float("-inf")), dim=-1, keepdim=True)
     thr = q_vals.detach().masked_fill(~keep, float("inf")).min(-1, keepdim=True).values
-    q_at = lf.gather(-1, pc.clamp_min(0))
+    q_at = at_c.gather(-1, idx)
     q_w = torch.where((q_at >= thr) & (pc >= 0), (q_at - q_logz).exp(), 0.0)
     return torch.minimum(p_w, q_w).sum(-1)
 
