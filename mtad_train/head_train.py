@@ -183,9 +183,40 @@ def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor 
     return m
 
 
-# Rows of logits one fused pass holds at a time: 32 x 12,288 columns in float32 is ~1.5 MB, what
-# a core's L2 keeps, so the passes over a chunk run from cache instead of memory.
-CHUNK_ROWS = 32
+# Floats of logits one fused pass holds at a time: 32 rows of the head's 12,289 columns, ~1.5 MB
+# in float32, what a core's L2 keeps, so the passes over a chunk run from cache, not memory.
+CHUNK_FLOATS = 32 * 12289
+
+
+def chunk_rows(columns: int) -> int:
+    """Rows of a ``columns``-wide float32 chunk that fit :data:`CHUNK_FLOATS`."""
+    return max(1, CHUNK_FLOATS // max(1, columns))
+
+
+def row_top_lse(
+    logits: torch.Tensor, k: int, cols: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Per row of ``logits`` ``[n, V]`` (any float dtype): ``(logsumexp, top-k values, top-k
+    indices, values at cols)``, float32, in L2-sized row chunks through one reused buffer (a
+    fresh multi-MB tensor per chunk is a fresh mapping whose pages fault in on first touch,
+    which cost more than the work on them); ``cols`` ``[n, J]``: non-negative columns or None."""
+    n, width = logits.shape
+    rows = chunk_rows(width)
+    lse = torch.empty(n, dtype=torch.float32)
+    top_v = torch.empty(n, k, dtype=torch.float32)
+    top_i = torch.empty(n, k, dtype=torch.long)
+    picked = None if cols is None else torch.empty(cols.shape, dtype=torch.float32)
+    buf = torch.empty(min(n, rows), width, dtype=torch.float32)
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        f = buf[: e - s].copy_(logits[s:e])
+        if picked is not None:
+            torch.gather(f, -1, cols[s:e], out=picked[s:e])
+        torch.topk(f, k, dim=-1, out=(top_v[s:e], top_i[s:e]))
+        # logsumexp in place, the chunk read last: log(sum(exp(row - max))) + max
+        top = top_v[s:e, :1]  # the row's max
+        torch.add(f.sub_(top).exp_().sum(dim=-1).log_(), top[:, 0], out=lse[s:e])
+    return lse, top_v, top_i, picked
 
 
 class _RowStats(torch.autograd.Function):
@@ -195,28 +226,13 @@ class _RowStats(torch.autograd.Function):
     Autograd over ``logits.float()`` then ``logsumexp``, ``gather`` and ``topk`` makes a
     full-size float32 copy, a full-size zero tensor per gather and top-k, and adds them up: on a
     CPU the row-wide elementwise passes, not the matmul, were ~60% of a training step (torch
-    profiler, issue 39). Here the forward and the backward run over row chunks that stay in
-    cache, and the backward writes each chunk's gradient once:
+    profiler, issue 39). Here the forward (:func:`row_top_lse`) and the backward run over row
+    chunks that stay in cache, and the backward writes each chunk's gradient once:
     ``g_lse * softmax(row) + scatter(g_cols) + scatter(g_top)``."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, cols: torch.Tensor, k: int) -> tuple[torch.Tensor, ...]:
-        n = logits.shape[0]
-        lse = torch.empty(n, dtype=torch.float32)
-        picked = torch.empty(cols.shape, dtype=torch.float32)
-        top_v = torch.empty(n, k, dtype=torch.float32)
-        top_i = torch.empty(n, k, dtype=torch.long)
-        # one chunk buffer, reused: a fresh 1.5 MB tensor per chunk is a fresh mapping whose
-        # pages fault in on first touch, which cost more than the work on them
-        buf = torch.empty(min(n, CHUNK_ROWS), logits.shape[1], dtype=torch.float32)
-        for s in range(0, n, CHUNK_ROWS):
-            e = min(n, s + CHUNK_ROWS)
-            f = buf[: e - s].copy_(logits[s:e])
-            torch.gather(f, -1, cols[s:e], out=picked[s:e])
-            torch.topk(f, k, dim=-1, out=(top_v[s:e], top_i[s:e]))
-            # logsumexp in place, the chunk read last: max, then log(sum(exp(row - max))) + max
-            top = top_v[s:e, :1]  # the row's max
-            torch.add(f.sub_(top).exp_().sum(dim=-1).log_(), top[:, 0], out=lse[s:e])
+        lse, top_v, top_i, picked = row_top_lse(logits, k, cols)
         ctx.save_for_backward(logits, lse, cols, top_i)
         return lse, picked, top_v
 
@@ -224,9 +240,10 @@ class _RowStats(torch.autograd.Function):
     def backward(ctx, g_lse, g_picked, g_top) -> tuple[torch.Tensor | None, None, None]:
         logits, lse, cols, top_i = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        buf = torch.empty(min(logits.shape[0], CHUNK_ROWS), logits.shape[1], dtype=torch.float32)
-        for s in range(0, logits.shape[0], CHUNK_ROWS):
-            e = min(logits.shape[0], s + CHUNK_ROWS)
+        n, rows = logits.shape[0], chunk_rows(logits.shape[1])
+        buf = torch.empty(min(n, rows), logits.shape[1], dtype=torch.float32)
+        for s in range(0, n, rows):
+            e = min(n, s + rows)
             f = buf[: e - s]
             if g_lse is None:
                 f.zero_()

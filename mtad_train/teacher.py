@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from mtad.runs.atomic import write_atomic
+from mtad_train.head_train import row_top_lse
 
 PAD_LOGP = -30.0  # the log-probability of padded top-k cells (as stored shards are collated)
 
@@ -52,9 +53,9 @@ def teacher_sequence(target: torch.nn.Module, seq: np.ndarray, topk: int) -> Tea
     rounded as stored shards round them (bfloat16 features, float16 log-probabilities)."""
     tokens = torch.from_numpy(seq.astype(np.int64))[None]
     hidden = target.model(input_ids=tokens).last_hidden_state[0]  # normed
-    logits = target.lm_head(hidden).float()
-    top, ids = logits.topk(topk, dim=-1)  # log-probabilities = logits - logsumexp: one pass
-    logp = top - torch.logsumexp(logits, dim=-1, keepdim=True)
+    # log-probabilities = logits - logsumexp, in cache-sized row chunks (row_top_lse)
+    lse, top, ids, _ = row_top_lse(target.lm_head(hidden), topk)
+    logp = top - lse[:, None]
     return TeacherSignal(hidden.to(torch.bfloat16), ids, logp.to(torch.float16))
 
 

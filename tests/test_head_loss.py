@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mtad_train import objectives as O
-from mtad_train.head_train import CHUNK_ROWS, head_loss, row_stats
+from mtad_train.head_train import chunk_rows, head_loss, row_stats
 
 
 def reference_loss(logits, t_ids, t_logp, cols, overlap_weight, kl_weight):
@@ -56,8 +56,11 @@ def _case(n: int, dtype: torch.dtype, seed: int = 0):
     return logits, t_ids, t_logp, cols
 
 
+ROWS = chunk_rows(300)  # rows of a chunk at the test's 300 columns
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [1, CHUNK_ROWS - 1, 3 * CHUNK_ROWS + 5])
+@pytest.mark.parametrize("n", [1, ROWS - 1, 3 * ROWS + 5])
 def test_the_fused_loss_gives_autograds_loss_and_gradient(n, dtype):
     logits, t_ids, t_logp, cols = _case(n, dtype)
     weights = torch.rand(n, generator=torch.Generator().manual_seed(1))
