@@ -102,10 +102,6 @@ class CumulativeConfig:
     # the weights exported are an exponential moving average of the trained ones with this
     # decay per step (0: the trained weights themselves); the curve row holds both's held-out
     ema_decay: float = 0.98
-    # > 0: a cool-down branch (warmup-stable-decay, Hagele et al. 2024, arXiv 2405.18392): the
-    # learning rate falls linearly from ``lr`` to 0 over this many steps, then the run stops
-    # (run it on a copy of the head folder and checkpoint: the stable run goes on at ``lr``)
-    cooldown_steps: int = 0
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
     # keep each sequence's teacher signal under <ckpt_dir>/teacher (a speed-up: computed once
     # per machine instead of once per epoch; mtad_train.teacher)
@@ -345,14 +341,6 @@ def lr_constant(lr: float, warmup: int, step_in_session: int) -> float:
     return lr * min(1.0, (step_in_session + 1) / max(1, warmup))
 
 
-def session_lr(cfg: CumulativeConfig, warmup: int, step_in_session: int) -> float:
-    """The session's learning rate: constant after the warm-up, or with ``cooldown_steps``
-    falling linearly towards 0 (the first step at ``lr``, the last at ``lr / cooldown_steps``)."""
-    if cfg.cooldown_steps:
-        return cfg.lr * max(0.0, 1.0 - step_in_session / cfg.cooldown_steps)
-    return lr_constant(cfg.lr, warmup, step_in_session)
-
-
 def _load_local(folder: Path, committed: CumulativeState):
     """The local checkpoint when it descends from the committed export (it went on training
     from it, or it is the run that wrote it), else None."""
@@ -405,7 +393,7 @@ def run_session(
     stop_asked = stop_on_term(log)
     while True:
         t0 = time.perf_counter()
-        lr = session_lr(cfg, warmup, steps_here)
+        lr = lr_constant(cfg.lr, warmup, steps_here)
         batches = _next_batches(cfg, teacher, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
@@ -422,7 +410,6 @@ def run_session(
         stop = (
             stop_asked()
             or (cfg.max_steps and steps_here >= cfg.max_steps)
-            or (cfg.cooldown_steps and steps_here >= cfg.cooldown_steps)
             or (cfg.time_budget_s and now - started >= cfg.time_budget_s)
         )
         if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):

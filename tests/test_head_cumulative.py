@@ -369,18 +369,3 @@ def test_the_weight_average_follows_its_decay_and_swaps_back_the_trained_weights
     assert torch.equal(params[name], trained)
     frozen = [n for n, p in head.named_parameters() if not p.requires_grad]
     assert not set(frozen) & set(average.names)  # the target's frozen rows are not averaged
-
-
-def test_a_cooldown_branch_falls_linearly_from_the_rate_and_a_stable_run_stays_at_it():
-    from mtad_train.cumulative import CumulativeConfig, session_lr
-
-    stable = CumulativeConfig(lr=1e-3, warmup_steps=4)
-    assert [session_lr(stable, 4, s) for s in range(6)] == pytest.approx(
-        [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3]
-    )
-    assert [session_lr(stable, 0, s) for s in (0, 100)] == [1e-3, 1e-3]  # resumed optimiser
-    cool = CumulativeConfig(lr=1e-3, cooldown_steps=4)
-    # the branch forks a trained run: no warm-up, the first step at the full rate
-    assert [session_lr(cool, 10, s) for s in range(5)] == pytest.approx(
-        [1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0]
-    )
