@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from mtad.runs.atomic import write_atomic
-from mtad_train.head_train import row_top_lse
+from mtad_train.head_train import bucketed, row_top_lse
 
 PAD_LOGP = -30.0  # the log-probability of padded top-k cells (as stored shards are collated)
 
@@ -71,7 +71,7 @@ def assemble_batch(
     features ``[b, L, 1, d]`` (one "tap": the final normed state), top-k ids and
     log-probabilities, and per-position loss weights (``prompt_weight`` on the prompt, 1 on
     the response, 0 on the last position and the padding)."""
-    b, width = len(seqs), max(len(s) for s in seqs)
+    b, width = len(seqs), bucketed(max(len(s) for s in seqs))
     d, k = signals[0].feats.shape[-1], signals[0].ids.shape[-1]
     tokens = torch.full((b, width), pad_id, dtype=torch.long)
     feats = torch.zeros(b, width, 1, d, dtype=torch.bfloat16)

@@ -25,6 +25,7 @@ from mtad_train.cumulative import (
     read_state,
     run_session,
 )
+from mtad_train.head_train import bucketed
 from mtad_train.teacher import FileCache, TeacherCache, assemble_batch, teacher_sequence
 
 
@@ -97,7 +98,9 @@ def test_a_cached_signal_has_the_bits_of_a_computed_one(tmp_path, target) -> Non
             assert torch.equal(getattr(sig, name), getattr(first[i], name)), name
     assert (again.hits, again.misses) == (3, 0)
     batch = assemble_batch(seqs, [2, 3, 4], first, prompt_weight=0.1)
-    assert batch["feats"].shape == (3, 17, 1, target.config.hidden_size)
+    # widths rounded up to a shape bucket (one matmul primitive per bucket): padding weighs 0
+    assert batch["feats"].shape == (3, bucketed(17), 1, target.config.hidden_size)
+    assert batch["w"][:, 16:].sum() == 0 and batch["w"][1, :16].min() > 0
     assert batch["w"][0, :1].tolist() == [pytest.approx(0.1)] and batch["w"][0, 4:].sum() == 0
 
 
