@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import shutil
 from pathlib import Path
 
@@ -127,7 +128,8 @@ def test_training_with_the_cache_reaches_the_weights_of_training_without_it(repo
     assert with_cache.keys() == without.keys()
     for k in with_cache:
         assert torch.equal(with_cache[k], without[k]), k
-    assert "0 hits" not in lines[-1], "the epochs wrapped: later steps must hit the cache"
+    hits = int(re.search(r"(\d+) hits", lines[-1]).group(1))
+    assert hits > 0, f"the epochs wrapped: later steps must hit the cache ({lines[-1]})"
     assert not (repo / "ck_b" / TEACHER_DIR).exists()
 
 
