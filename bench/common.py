@@ -111,6 +111,13 @@ def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: i
         "generate always uses the stock head",
     )
     g.add_argument(
+        "--linears",
+        default="auto",
+        choices=["auto", "stock"],
+        help="our runners' projections on prepacked bfloat16 CPU weights (auto; "
+        "mtad.engine.packed) or stock F.linear",
+    )
+    g.add_argument(
         "--draft-dtype",
         default=None,
         choices=["bfloat16", "float32"],
@@ -234,8 +241,10 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
         target, draft = build_tiny_pair("llama")
         dt = getattr(torch, args.dtype)
         pair = LoadedPair(
-            ModelRunner(target.to(dt), "target", args.head),
-            ModelRunner(draft.to(getattr(torch, draft_dtype)), "draft", args.head),
+            ModelRunner(target.to(dt), "target", args.head, linears=args.linears),
+            ModelRunner(
+                draft.to(getattr(torch, draft_dtype)), "draft", args.head, linears=args.linears
+            ),
             build_tiny_tokenizer(),
         )
         return BenchPair(pair, "tiny", None, False, args.dtype, draft_dtype)
@@ -251,6 +260,7 @@ def load_bench_pair(args: argparse.Namespace, need_draft: bool = True) -> BenchP
         if need_draft
         else None,
         lm_head=args.head,
+        linears=args.linears,
     )
     return BenchPair(
         pair, "smollm2", str(draft_path) if draft_path else None, standin, args.dtype, draft_dtype

@@ -75,8 +75,8 @@ def head_rows(
     for dtype in DTYPES:
         t, _ = load_model(ModelSpec(loader="smollm2_gguf", dtype=dtype))
         head = load_head(args.head, t, read_vocab(args.head))
-        target = ModelRunner(t, "target", feature_taps=head.spec.taps)
-        runner = HeadRunner(head, target)
+        target = ModelRunner(t, "target", feature_taps=head.spec.taps, linears=args.linears)
+        runner = HeadRunner(head, target, linears=args.linears)
         target.feed(prompt[0])
         runner.feed(prompt[0], compact=True)
         for rows in BEAMS:
@@ -107,17 +107,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--head", default=None, help="a feature-level head folder to time as well")
+    ap.add_argument(
+        "--linears",
+        default="auto",
+        choices=["auto", "stock"],
+        help="prepacked bfloat16 projections (mtad.engine.packed) or stock F.linear",
+    )
     return ap.parse_args(argv)
 
 
-def load_runners(draft_path: Path) -> dict[tuple[str, str], ModelRunner]:
+def load_runners(draft_path: Path, linears: str = "auto") -> dict[tuple[str, str], ModelRunner]:
     """The target (SmolLM2 from its GGUF) and the draft, each in float32 and bfloat16."""
     runners: dict[tuple[str, str], ModelRunner] = {}
     for dtype in DTYPES:
         t, _ = load_model(ModelSpec(loader="smollm2_gguf", dtype=dtype))
         d, _ = load_model(ModelSpec(loader="local", path=str(draft_path), dtype=dtype))
-        runners[("target", dtype)] = ModelRunner(t, "target")
-        runners[("draft", dtype)] = ModelRunner(d, "draft")
+        runners[("target", dtype)] = ModelRunner(t, "target", linears=linears)
+        runners[("draft", dtype)] = ModelRunner(d, "draft", linears=linears)
     return runners
 
 
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     common.setup(args)
     draft_path, standin = common.resolve_draft(args.draft)
     gen = torch.Generator().manual_seed(0)
-    runners = load_runners(draft_path)
+    runners = load_runners(draft_path, args.linears)
     prompt = torch.randint(0, 49152, (1, args.context), generator=gen)
     med = time_cases(runners, prompt, forward_cases(), args.reps, gen)
     print(common.environment_line())

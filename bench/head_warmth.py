@@ -4,10 +4,11 @@
 (``bench.forward_shapes``: the same rows, called back to back). This times the head's drafted
 position (one token on ``--rows`` rows, :func:`bench.common.time_head_step`) warm, back to back,
 and then on each of the ``gamma`` steps that follow something else: a target forward of
-``gamma + 1`` tokens (what precedes a draft in the loop), a sleep of the same length, and a pass
-over ``--churn-mb`` of memory. If the steps after a sleep are as slow as after a forward, the
-cost is the core's state after a pause (caches, clocks), not the loop's code nor the target's
-eviction of the head's weights.
+``gamma + 1`` tokens (what precedes a draft in the loop), a sleep of the same length, a busy
+loop of the same length that touches next to no memory (the core stays busy, its clocks up),
+and a pass over ``--churn-mb`` of memory. If the steps after a sleep or the busy loop are as
+slow as after a forward, the cost is the time away from the head's weights (caches shared with
+whatever else runs on the host), not the loop's code nor the target's eviction of them.
 
     python -m bench.head_warmth [--head assets/drafts/smollm2-head] [--rows 4] [--reps 25]
 
@@ -71,9 +72,16 @@ def main(argv: list[str] | None = None) -> None:
     target_forward()
     forward_s = time.perf_counter() - start
     churn = torch.zeros(args.churn_mb * 2**20 // 4)
+
+    def spin() -> None:
+        end = time.perf_counter() + forward_s
+        while time.perf_counter() < end:
+            pass
+
     pauses: dict[str, Callable[[], None]] = {
         f"target forward ({block} tokens)": target_forward,
         f"sleep {1e3 * forward_s:.0f} ms": lambda: time.sleep(forward_s),
+        f"busy loop {1e3 * forward_s:.0f} ms": spin,
         f"memory pass ({args.churn_mb} MiB)": lambda: churn.add_(1.0),
     }
     step = lambda: common.time_head_step(runner, args.rows, gen)[1]  # noqa: E731

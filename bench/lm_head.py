@@ -7,6 +7,8 @@ each dtype of ``--dtypes``:
 * ``F.linear(x, W)`` -- what ``nn.Linear`` (and so every transformers model) calls;
 * ``x @ W.T.contiguous()`` -- a transposed copy made once;
 * ``(W @ x.T).T`` -- the weight as stored, the rows as columns;
+* oneDNN on a copy of ``W`` reordered once into its blocked layout
+  (:mod:`mtad.engine.packed`; bfloat16 where oneDNN has it, "n/a" elsewhere);
 
 interleaved, medians of ``--reps`` (process CPU time), with the largest difference to
 ``F.linear``'s logits relative to the largest logit. "ours" is the kernel ``CPUHeadLM`` runs on
@@ -28,10 +30,16 @@ from typing import Any
 import torch
 
 from bench import common
-from mtad.engine.heads import HEAD_KERNELS, head_kernel, project_rows
+from mtad.engine.heads import HEAD_KERNELS, head_kernel, head_kernels, project_rows
 from mtad.engine.kernels import kernel_table
+from mtad.engine.packed import PackedWeight
 
-LABELS = {"linear": "F.linear", "copy": "x @ W.T copy", "w_xt": "(W @ x.T).T"}
+LABELS = {
+    "linear": "F.linear",
+    "copy": "x @ W.T copy",
+    "w_xt": "(W @ x.T).T",
+    "packed": "packed (oneDNN)",
+}
 
 
 def interleaved_ms(kernels: dict, reps: int) -> dict[str, float]:
@@ -66,18 +74,20 @@ def time_kernels(
     for this row count, how far it is from the fastest and from ``linear``, and the largest
     difference between the kernels' results (relative to the largest logit)."""
     rows = x.shape[0]
+    pack = PackedWeight()
     kernels = {
-        k: (lambda k=k, x=x, w=weight, t=transposed: project_rows(k, x, w, t)) for k in HEAD_KERNELS
+        k: (lambda k=k, x=x, w=weight, t=transposed: project_rows(k, x, w, t, pack))
+        for k in head_kernels(weight)
     }
     with torch.inference_mode():
-        ours = head_kernel(weight, rows, table, transposed)
+        ours = head_kernel(weight, rows, table, transposed, pack)
         ms = interleaved_ms(kernels, reps)
         want = kernels["linear"]().float()
         scale = float(want.abs().max()) or 1.0
         diff = max(float((f().float() - want).abs().max()) for f in kernels.values())
     fastest = min(ms.values())
     return [
-        *(ms[k] for k in HEAD_KERNELS),
+        *(ms.get(k, "n/a") for k in HEAD_KERNELS),
         ours,
         f"{ms[ours] / fastest:.3f}",
         f"{ms['linear'] / ms[ours]:.2f}",

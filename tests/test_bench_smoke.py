@@ -107,7 +107,7 @@ def test_lm_head_bench_prints_every_kernel(capsys) -> None:
     for role, model in zip(("target", "draft"), build_tiny_pair("llama"), strict=True):
         vocab, hidden = model.get_output_embeddings().weight.shape
         assert out.count(f"{role} {vocab}x{hidden}") == 4  # 2 dtypes x 2 row counts
-    assert len(rows) == 8 and {r[5] for r in rows} <= set(HEAD_KERNELS)
+    assert len(rows) == 8 and {r[2 + len(HEAD_KERNELS)] for r in rows} <= set(HEAD_KERNELS)
 
 
 def test_forward_clock_sees_our_cpu_head() -> None:
@@ -178,3 +178,39 @@ def test_subvocab_bench_times_both_paths(capsys) -> None:
     assert [r[0] for r in rows] == ["1", "4"]
     assert all(float(x) > 0 for r in rows for x in r[1:])
     assert "wide / compact" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    not __import__("mtad.engine.packed", fromlist=["x"]).bf16_packing_supported(),
+    reason="this CPU's oneDNN has no bfloat16",
+)
+def test_packed_linears_bench_times_both_modes_on_the_real_pair(capsys) -> None:
+    """Both modes on SmolLM2, its independent draft and the shipped head: every forward timed,
+    and the logits of the two modes compared (bit for bit on an AMX Xeon; elsewhere a gap of
+    one rounding step is reported, not hidden)."""
+    from bench import packed_linears
+
+    rows = packed_linears.main(["--reps", "1"])
+    assert [r[0] for r in rows] == [
+        "target 1 token",
+        "target 5 tokens",
+        "draft 1 token",
+        "head 1 token x 4 rows",
+    ]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
+    assert all(r[4] == "equal" or r[4].startswith("max |diff|") for r in rows)
+    assert "stock / packed" in capsys.readouterr().out
+    # where the packed kernel gives F.linear's bits on SmolLM2's shapes, every row must say so
+    import torch
+
+    from mtad.engine.packed import PackedWeight, linear
+
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        same = all(
+            torch.equal(linear(x, w, None, PackedWeight()), torch.nn.functional.linear(x, w))
+            for w in (torch.randn(n, 576, generator=g).bfloat16() for n in (576, 1536, 49152))
+            for x in (torch.randn(r, 576, generator=g).bfloat16() for r in (1, 4, 5))
+        )
+    if same:
+        assert [r[4] for r in rows] == ["equal"] * 4

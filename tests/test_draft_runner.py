@@ -86,6 +86,7 @@ def test_model_facts_record_a_feature_draft(runners) -> None:
     facts = model_facts(LoadedPair(target, head, None), {})
     assert facts["lm_head"] == {"target": "stock", "draft": "feature"}
     assert facts["lm_head_kernels"] == {"target": {}, "draft": {}}
+    assert facts["packed_linears"] == {"target": 0, "draft": 0}  # float32: nothing packed
 
 
 def test_a_phase_outside_the_closed_set_is_refused_at_the_call(runners) -> None:

@@ -114,6 +114,8 @@ def test_every_method_writes_a_complete_result_folder(method_runs: dict, method:
     kernels = metrics["lm_head_kernels"]
     assert "target" in kernels and set(kernels) == set(metrics["lm_head"])
     assert all(bool(kernels[r]) == (metrics["lm_head"][r] == "fast") for r in kernels)
+    # how many projections ran on prepacked weights: none in float32 (the smoke preset's)
+    assert metrics["packed_linears"] == {r: 0 for r in metrics["lm_head"]}
 
     energy = metrics["energy"]  # codecarbon, around generation only
     assert energy["tracker"] == "offline" and energy["kwh"] > 0 and energy["j_per_token"] > 0

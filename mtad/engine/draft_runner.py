@@ -45,6 +45,9 @@ class DraftRunner(Protocol):
     # which output projection runs: "stock", "fast" (CPU), "subvocab" or "feature" (a head's);
     # metrics.json records it as ``lm_head``
     lm_head: str
+    # how many of its projections run on prepacked CPU weights (mtad.engine.packed);
+    # metrics.json records it as ``packed_linears``
+    packed_linears: int
     # True for a draft that reads the target's hidden states: the decoding loop has the
     # target read the prompt before the first draft step (as EAGLE's generation starts)
     reads_target_features: ClassVar[bool]

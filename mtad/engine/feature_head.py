@@ -45,6 +45,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from mtad.engine.features import FINAL_NORM_TAP
+from mtad.engine.packed import PackedWeight, linear
 from mtad.engine.spec import HEAD_CONFIG_FILE as HEAD_CONFIG
 
 
@@ -102,6 +103,7 @@ class FeatureHead(nn.Module):
             rows = lm_head_weight
         self._frozen = (embed, rows)
         self.register_buffer("vocab_ids", vocab_ids, persistent=False)
+        self.pack: PackedWeight | None = None  # set by mtad.engine.packed.set_linears
         attn = self.layers[0].self_attn
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
@@ -117,6 +119,9 @@ class FeatureHead(nn.Module):
     def head_weight(self) -> torch.Tensor:
         """Rows of the logits head the draft projects onto (all, or the sub-vocabulary)."""
         return self._frozen[1]
+
+    packs_projection = True
+    projection_weight = head_weight
 
     def _apply(self, fn, recurse=True):  # .to(): move the frozen shared tensors along
         out = super()._apply(fn, recurse)
@@ -136,8 +141,10 @@ class FeatureHead(nn.Module):
 
     def logits(self, a: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm(a) if self.norm is not None else a
-        w = self.head_weight if weight is None else weight
-        return F.linear(h.to(w.dtype), w)
+        if weight is not None:
+            return F.linear(h.to(weight.dtype), weight)
+        w = self.head_weight
+        return linear(h.to(w.dtype), w, pack=self.pack)
 
     def _qkv(self, x: torch.Tensor, positions: torch.Tensor):
         layer = self.layers[0]

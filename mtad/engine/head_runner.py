@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from mtad.engine.feature_head import FeatureHead
+from mtad.engine.packed import set_linears
 from mtad.engine.runner import ModelRunner, warp_rows
 from mtad.engine.warping import Candidates, WarpConfig
 
@@ -47,10 +48,14 @@ class HeadRunner:
     lm_head = "feature"
     reads_target_features: ClassVar[bool] = True
 
-    def __init__(self, model: FeatureHead, target: ModelRunner, role: str = "draft") -> None:
+    def __init__(
+        self, model: FeatureHead, target: ModelRunner, role: str = "draft", linears: str = "auto"
+    ) -> None:
         if target.features is None:
             raise ValueError(f"{role}: the target runner records no features (feature_taps)")
         self.model = model.eval()
+        # its layer's projections and its logits on prepacked weights (mtad.engine.packed)
+        self.packed_linears = set_linears(model, linears)
         self.target = target
         self.role = role
         self.device = target.device

@@ -12,6 +12,8 @@ import torch
 from transformers import PreTrainedModel
 
 from mtad.engine.kernels import KernelTable, kernel_table
+from mtad.engine.packed import PackedWeight, packable
+from mtad.engine.packed import linear as packed_linear
 
 HEAD_MODES = ("auto", "stock", "fast")
 # Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no bias,
@@ -19,8 +21,9 @@ HEAD_MODES = ("auto", "stock", "fast")
 PLAIN_HEAD_ARCHS = ("LlamaForCausalLM", "OPTForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 FAST_HEAD_MIN_VOCAB = 8192
 FAST_HEAD_DTYPES = (torch.float32, torch.bfloat16)
-# The output-projection kernels, in tie-break order (the stock one first).
-HEAD_KERNELS = ("linear", "copy", "w_xt")
+# The output-projection kernels, in tie-break order (the stock one first); ``packed`` (oneDNN's
+# blocked copy of the weight, mtad.engine.packed) only where the weight is packable.
+HEAD_KERNELS = ("linear", "copy", "w_xt", "packed")
 # Rows up to this are measured (decoding: verification blocks, beams, trees); beyond it (prefill
 # with every position's logits) F.linear runs unmeasured: sgemm's own blocking is efficient there
 # and timing a candidate would cost as much as the forward it serves.
@@ -36,19 +39,22 @@ class CPUHeadLM(torch.nn.Module):
     with the weight read transposed -- took 18.9 ms for 1 row, ``x @ W.T.contiguous()`` 9.3 ms
     and ``(W @ x.T).T`` was fastest from 2 rows on; on an AVX-512 Xeon with AMX that rule was
     1.8-2.6x slower than the best kernel for 2-5 rows; in bfloat16 oneDNN's ``F.linear`` is
-    usually the fastest of all. So the kernel is chosen by measurement: the first projection of
-    each (dtype, head shape, row count) times the three kernels (``linear``, ``copy``,
-    ``w_xt``; :data:`HEAD_KERNELS`) through :class:`~mtad.engine.kernels.KernelTable`, whose
-    file cache makes later runs start at once. The choices made are in :attr:`kernels`
-    (recorded in ``metrics.json`` as ``lm_head_kernels``).
+    usually the fastest of the three, and oneDNN on a prepacked copy of the weight
+    (:mod:`mtad.engine.packed`) 1.7-1.8x faster still. So the kernel is chosen by measurement:
+    the first projection of each (dtype, head shape, row count) times the kernels (``linear``,
+    ``copy``, ``w_xt``, and ``packed`` where the weight is packable; :data:`HEAD_KERNELS`)
+    through :class:`~mtad.engine.kernels.KernelTable`, whose file cache makes later runs start
+    at once. The choices made are in :attr:`kernels` (recorded in ``metrics.json`` as
+    ``lm_head_kernels``).
 
     Same arithmetic, different summation order: logits agree with ``F.linear`` to ~1e-6
-    relative in float32 (bfloat16: to the output's own rounding). The transposed copy costs one
-    extra head's worth of memory and exists only while some row count uses it. It is remade
-    whenever the head weight changes: a new tensor (``data_ptr``), another shape, or an in-place
-    write (``weight._version``, bumped by ``mul_``, ``copy_``, ``load_state_dict``), so edited or
-    reloaded weights are never projected with stale values. Writes through ``weight.data``
-    bypass the version counter and are not seen: edit weights under ``torch.no_grad()`` instead
+    relative in float32 (bfloat16: to the output's own rounding). The transposed and the packed
+    copies each cost one extra head's worth of memory and exist only while some row count uses
+    them. Each is remade whenever the head weight changes: a new tensor (``data_ptr``), another
+    shape, or an in-place write (``weight._version``, bumped by ``mul_``, ``copy_``,
+    ``load_state_dict``), so edited or reloaded weights are never projected with stale values.
+    Writes through ``weight.data`` bypass the version counter and are not seen: edit weights
+    under ``torch.no_grad()`` instead
     (as ``load_state_dict`` does).
 
     ``kernel`` forces one kernel for every row count (tests and benchmarks); ``table`` replaces
@@ -70,6 +76,7 @@ class CPUHeadLM(torch.nn.Module):
         self._chosen: dict[tuple[int, torch.dtype, tuple[int, ...]], str] = {}
         self._wt: torch.Tensor | None = None
         self._wt_key: tuple[int, int, tuple[int, ...]] | None = None
+        self._pack = PackedWeight()  # oneDNN's blocked copy, made when "packed" is timed
 
     @property
     def weight(self) -> torch.Tensor:
@@ -94,10 +101,13 @@ class CPUHeadLM(torch.nn.Module):
         kernel = self._chosen.get(key)
         if kernel is None:
             kernel = self._chosen[key] = head_kernel(
-                w, rows, self.table, lambda: self._transposed(w)
+                w, rows, self.table, lambda: self._transposed(w), self._pack
             )
+            # measured, not kept: free the copies no row count runs
             if "copy" not in self._chosen.values():
-                self._wt = self._wt_key = None  # measured, not kept: free the copy
+                self._wt = self._wt_key = None
+            if "packed" not in self._chosen.values():
+                self._pack = PackedWeight()
         return kernel
 
     def _transposed(self, weight: torch.Tensor) -> torch.Tensor:
@@ -108,7 +118,7 @@ class CPUHeadLM(torch.nn.Module):
         return self._wt
 
     def _run(self, kernel: str, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return project_rows(kernel, x, weight, lambda: self._transposed(weight))
+        return project_rows(kernel, x, weight, lambda: self._transposed(weight), self._pack)
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.weight
@@ -123,19 +133,29 @@ class CPUHeadLM(torch.nn.Module):
         return self.project(hidden)
 
 
+def head_kernels(weight: torch.Tensor) -> tuple[str, ...]:
+    """The :data:`HEAD_KERNELS` that can run on ``weight`` (``packed``: where packable)."""
+    return tuple(k for k in HEAD_KERNELS if k != "packed" or packable(weight))
+
+
 def project_rows(
     kernel: str,
     x: torch.Tensor,
     weight: torch.Tensor,
     transposed: Callable[[], torch.Tensor],
+    pack: PackedWeight | None = None,
 ) -> torch.Tensor:
     """``F.linear(x, weight)`` for ``x`` ``[rows, hidden]`` by one of :data:`HEAD_KERNELS`:
     ``linear``; ``copy``, ``x @ W.T`` with ``W.T`` made contiguous (``transposed()``, made once
-    by the caller); ``w_xt``, ``(W @ x.T).T`` (the weight as stored, the rows as columns)."""
+    by the caller); ``w_xt``, ``(W @ x.T).T`` (the weight as stored, the rows as columns);
+    ``packed``, oneDNN on ``pack``'s blocked copy of the weight (``F.linear`` where the weight
+    is not packable or no ``pack`` is given)."""
     if kernel == "copy":
         return x @ transposed()
     if kernel == "w_xt":
         return (weight @ x.T).T.contiguous()
+    if kernel == "packed":
+        return packed_linear(x, weight, pack=pack)
     return torch.nn.functional.linear(x, weight)
 
 
@@ -144,6 +164,7 @@ def head_kernel(
     rows: int,
     table: KernelTable | None = None,
     transposed: Callable[[], torch.Tensor] | None = None,
+    pack: PackedWeight | None = None,
 ) -> str:
     """The fastest of :data:`HEAD_KERNELS` for projecting ``rows`` rows onto ``weight`` on this
     machine: the table's cached choice, or measured now on random rows (and cached). The one
@@ -155,8 +176,11 @@ def head_kernel(
     if transposed is None:  # made on first call, once
         transposed = functools.cache(lambda: weight.detach().T.contiguous())
     x = torch.randn(rows, weight.shape[1]).mul_(weight.shape[1] ** -0.5).to(weight.dtype)
+    pack = pack if pack is not None else PackedWeight()
     key = KernelTable.key("lm_head", weight.dtype, rows, *weight.shape)
-    kernels = {k: (lambda k=k: project_rows(k, x, weight, transposed)) for k in HEAD_KERNELS}
+    kernels = {
+        k: (lambda k=k: project_rows(k, x, weight, transposed, pack)) for k in head_kernels(weight)
+    }
     return table.choose(key, kernels)
 
 

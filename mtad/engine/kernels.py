@@ -33,7 +33,7 @@ import torch
 from mtad.runs.hardware import cpu_model
 
 CACHE_ENV = "MTAD_KERNEL_CACHE"
-FORMAT = 2  # bump when how a choice is measured changes: older tables are then remeasured
+FORMAT = 3  # bump when how a choice is measured changes: older tables are then remeasured
 ROUNDS = 4  # timed rounds per candidate after one warm-up round; the best round counts
 CLOSE = 0.15  # ... unless the two fastest are this close: then MORE_ROUNDS more, and the median
 MORE_ROUNDS = 8

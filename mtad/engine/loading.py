@@ -187,10 +187,16 @@ def placement(target: PreTrainedModel, draft: PreTrainedModel | None) -> dict[st
 
 
 def load_pair(
-    target: ModelSpec, draft: ModelSpec | None, device: str = "cpu", lm_head: str = "auto"
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    device: str = "cpu",
+    lm_head: str = "auto",
+    linears: str = "auto",
 ) -> LoadedPair:
     """Load target (+ draft) and check they share one vocabulary. ``lm_head``: the output
-    projection (the ``runtime.head`` setting), see :func:`head_for`. A draft of kind ``head``
+    projection (the ``runtime.head`` setting), see :func:`head_for`; ``linears``: prepacked
+    CPU projections or stock (``runtime.linears``, :func:`mtad.engine.packed.set_linears`).
+    A draft of kind ``head``
     (a feature-level draft head) runs in a :class:`HeadRunner` over the target's features;
     ``auto`` is what the draft's folder holds (:func:`mtad.engine.spec.draft_kind`)."""
     target_model, tokenizer = load_model(target, device)
@@ -199,14 +205,18 @@ def load_pair(
     if draft is not None and draft_kind(draft) == "head":
         head_model = load_head(head_folder(draft), target_model, read_vocab(head_folder(draft)))
         taps = head_model.spec.taps
-        target_runner = ModelRunner(target_model, "target", lm_head, feature_taps=taps)
-        return LoadedPair(target_runner, HeadRunner(head_model, target_runner), tokenizer)
+        target_runner = ModelRunner(
+            target_model, "target", lm_head, feature_taps=taps, linears=linears
+        )
+        head_runner = HeadRunner(head_model, target_runner, linears=linears)
+        return LoadedPair(target_runner, head_runner, tokenizer)
     draft_runner = None
     if draft is not None:
         draft_model, _ = load_model(draft, device)
         check_same_vocab(target_model, draft_model)
-        draft_runner = ModelRunner(draft_model, "draft", lm_head)
-    return LoadedPair(ModelRunner(target_model, "target", lm_head), draft_runner, tokenizer)
+        draft_runner = ModelRunner(draft_model, "draft", lm_head, linears=linears)
+    target_runner = ModelRunner(target_model, "target", lm_head, linears=linears)
+    return LoadedPair(target_runner, draft_runner, tokenizer)
 
 
 def head_folder(spec: ModelSpec) -> str:

@@ -18,6 +18,7 @@ from transformers.cache_utils import DynamicLayer
 
 from mtad.engine.features import FeatureTap
 from mtad.engine.heads import CPUHeadLM, head_for
+from mtad.engine.packed import set_linears
 from mtad.engine.subvocab import SubVocabHead, SubVocabLM
 from mtad.engine.warping import Candidates, WarpConfig, compact_candidates, warp_candidates
 
@@ -65,7 +66,10 @@ class ModelRunner:
     the invariant that the cache holds a prefix of the committed sequence (plus, transiently,
     drafted tokens), so catching up is always "feed ``ids[cache_len:]``". ``lm_head``: the
     output projection to run, ``"auto"``, ``"stock"`` or ``"fast"`` (:func:`head_for`; the
-    ``runtime.head`` setting); :attr:`lm_head` is then the one that runs.
+    ``runtime.head`` setting); :attr:`lm_head` is then the one that runs. ``linears``: the
+    model's projections on prepacked weights where the CPU supports it (``"auto"``) or as stock
+    (``"stock"``; :func:`~mtad.engine.packed.set_linears`, the ``runtime.linears`` setting);
+    :attr:`packed_linears` counts the packed ones.
     """
 
     REORDERS = ("inplace", "copy")
@@ -78,12 +82,14 @@ class ModelRunner:
         lm_head: str = "auto",
         reorder: str = "inplace",
         feature_taps: list[int] | None = None,
+        linears: str = "auto",
     ) -> None:
         if reorder not in self.REORDERS:
             raise ValueError(f"reorder must be one of {self.REORDERS}, got {reorder!r}")
         self.reorder = reorder
         self.model = model.eval()
         self.role = role
+        self.packed_linears = set_linears(model, linears)
         self.device = next(model.parameters()).device
         self.vocab_size = vocab_size_of(model)
         self.context_limit = context_limit_of(model.config.to_dict())

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from mtad.engine.packed import PackedWeight, linear
+
 VOCAB_FILE = "draft_vocab.json"
 
 
@@ -40,12 +42,19 @@ class SubVocabHead(torch.nn.Module):
         self.register_buffer("ids", ids.to(torch.long).sort().values, persistent=False)
         # a copy of the kept rows: the full matrix stays as the input embedding
         self.weight = torch.nn.Parameter(weight.detach()[self.ids].clone(), requires_grad=False)
+        self.pack: PackedWeight | None = None  # set by mtad.engine.packed.set_linears
+
+    packs_projection = True
+
+    @property
+    def projection_weight(self) -> torch.Tensor:
+        return self.weight
 
     def compact(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits of the kept tokens only, ``[..., len(ids)]`` (column ``j``: ``ids[j]``), on
         this head's device: after a ``device_map`` load the body's last layer may sit on another
         GPU, and this module replaced the head that carried accelerate's device hook."""
-        return torch.nn.functional.linear(hidden.to(self.weight.device), self.weight)
+        return linear(hidden.to(self.weight.device), self.weight, pack=self.pack)
 
     def widen(self, sub: torch.Tensor) -> torch.Tensor:
         """Compact logits as the full-width row (``-inf`` off the kept tokens)."""

@@ -41,8 +41,9 @@ def load_models(prep: Prepared) -> LoadedPair:
     ]
     print("dtype: " + "; ".join(chosen))
     # loading.load_pair, looked up when called: tests replace it to prove a run loads nothing
-    # runtime.head chooses the output projection (lm_head) of both models
-    return loading.load_pair(prep.spec.target, draft, rt.device, rt.head)
+    # runtime.head chooses the output projection (lm_head) of both models, runtime.linears
+    # whether their projections run on prepacked weights
+    return loading.load_pair(prep.spec.target, draft, rt.device, rt.head, rt.linears)
 
 
 def text_generator(prep: Prepared, pair: LoadedPair) -> TextGenerator:
@@ -165,12 +166,14 @@ def gpu_ids(pair: LoadedPair) -> list[int]:
 
 def model_facts(pair: LoadedPair, memory_before_load: dict[str, int]) -> dict[str, Any]:
     """``metrics.json``'s record of the loaded models: each one's logits head (``lm_head``) and,
-    for a CPU head, the kernel each row count ran (``lm_head_kernels``), and where they lived
+    for a CPU head, the kernel each row count ran (``lm_head_kernels``), how many of its
+    projections ran on prepacked weights (``packed_linears``), and where they lived
     (``placement``, with the GPU memory the run found allocated before it loaded)."""
     runners = [r for r in (pair.target, pair.draft) if r is not None]
     return {
         "lm_head": {r.role: r.lm_head for r in runners},
         "lm_head_kernels": {r.role: r.lm_head_kernels for r in runners},
+        "packed_linears": {r.role: r.packed_linears for r in runners},
         "placement": {**placement(pair), "gpu_memory_before_load_bytes": memory_before_load},
     }
 
