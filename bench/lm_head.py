@@ -56,11 +56,12 @@ def interleaved_ms(kernels: dict, reps: int) -> dict[str, float]:
 
 
 def head_weights(args: argparse.Namespace) -> dict[str, torch.Tensor]:
-    """``{"target VxH": W, "draft VxH": W}``: the loaded pair's head weights (float32)."""
+    """``{"target VxH": W, "draft VxH": W}``: the loaded pair's head weights (float32); a
+    feature-level draft head has none of its own (it projects onto the target's rows)."""
     bp = common.load_bench_pair(args)
     heads = {}
     for role, runner in (("target", bp.target), ("draft", bp.draft)):
-        if runner is None:
+        if runner is None or getattr(runner, "reads_target_features", False):
             continue
         weight = runner.model.get_output_embeddings().weight.detach().float()
         heads[f"{role} {weight.shape[0]}x{weight.shape[1]}"] = weight
