@@ -214,3 +214,22 @@ def test_runners_decode_the_same_tokens_packed_or_stock() -> None:
     assert head_packed == head_stock
     # fuse, fc, the layer's 7 projections and the logits over the sub-vocabulary
     assert (n_head, s_head) == (10, 0)
+
+
+def test_a_weight_made_under_inference_mode_can_be_copied() -> None:
+    """An inference tensor counts no versions: the derived copies key it without one (the
+    transposed head copy raised 'Inference tensors do not track version counter' before)."""
+    from mtad.engine.heads import CPUHeadLM
+    from mtad.engine.packed import weight_key
+
+    with torch.inference_mode():
+        model = build_tiny_model("llama", "target", vocab_size=VOCAB, seed=3)
+        w = model.get_output_embeddings().weight
+        assert weight_key(w) == (w.data_ptr(), -1, tuple(w.shape))
+        hidden = torch.randn(1, 2, w.shape[1])
+        got = CPUHeadLM(model, kernel="copy").project(hidden)
+        torch.testing.assert_close(got, F.linear(hidden, w))
+    plain = torch.zeros(3, 2)
+    before = weight_key(plain)
+    plain.add_(1.0)
+    assert weight_key(plain)[1] == before[1] + 1

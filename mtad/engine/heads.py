@@ -12,7 +12,7 @@ import torch
 from transformers import PreTrainedModel
 
 from mtad.engine.kernels import KernelTable, kernel_table
-from mtad.engine.packed import PackedWeight, packable
+from mtad.engine.packed import PackedWeight, packable, weight_key
 from mtad.engine.packed import linear as packed_linear
 
 HEAD_MODES = ("auto", "stock", "fast")
@@ -111,7 +111,7 @@ class CPUHeadLM(torch.nn.Module):
         return kernel
 
     def _transposed(self, weight: torch.Tensor) -> torch.Tensor:
-        key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+        key = weight_key(weight)
         if self._wt is None or self._wt_key != key:
             self._wt = weight.detach().T.contiguous()
             self._wt_key = key

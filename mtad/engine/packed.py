@@ -69,6 +69,14 @@ def packable(weight: torch.Tensor) -> bool:
     )
 
 
+def weight_key(weight: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
+    """What a copy derived from ``weight`` is valid for: the tensor (``data_ptr``), its
+    in-place writes (``_version``; -1 for an inference tensor, made under
+    ``torch.inference_mode``, which counts none) and its shape."""
+    version = -1 if weight.is_inference() else weight._version
+    return (weight.data_ptr(), version, tuple(weight.shape))
+
+
 class PackedWeight:
     """oneDNN's blocked copy of one weight, made on first use and remade when the weight
     changes (new tensor, shape, or an in-place write; not seen: in-place writes to an inference
@@ -81,9 +89,7 @@ class PackedWeight:
         self._packed: torch.Tensor | None = None
 
     def of(self, weight: torch.Tensor) -> torch.Tensor:
-        # an inference tensor (made under torch.inference_mode) has no version counter
-        version = -1 if weight.is_inference() else weight._version
-        key = (weight.data_ptr(), version, tuple(weight.shape))
+        key = weight_key(weight)
         if self._packed is None or key != self._key:
             self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
             self._key = key
