@@ -4,18 +4,20 @@
 into its blocked (AMX / AVX-512 BF16) layout, on every call: for decoding's few rows that
 reorder costs about as much as the product itself. Reordering once and keeping the blocked copy
 (what IPEX and Inductor's CPU freezing pass do, through the same ``torch.ops.mkldnn`` ops) gives
-the same numbers, bit for bit, for less. Measured on a 2-core Intel Xeon (AVX-512 BF16, AMX),
-torch 2.13, one thread, ``scripts``-style side by side (`bench.packed_linears` repeats it):
+the same numbers for less (bit for bit on the Xeon below; elsewhere at most another summation
+order). Measured on a 2-core Intel Xeon (AVX-512 BF16, AMX), torch 2.13, one thread, timed
+side by side (``bench/README.md``; ``bench.packed_linears`` repeats the whole-model part):
 
-* SmolLM2-135M's shapes, 1-512 rows: 576x576 2.0-2.1x at 1-5 rows, 1.2x at 512; 1536x576
-  2.2-2.7x at 1-5 rows; the 49152x576 output projection 1.7-1.8x at 1-128 rows, even at 512;
-  outputs equal (``torch.equal``) at every size tried;
-* from ~1,000 rows (long prefills) the two trade places (0.7-1.2x), so more than
+* SmolLM2-135M's shapes: 576x576 2.0-2.1x faster packed at 1-5 rows, 1.3x at 128, 1.2x at 512;
+  1536x576 2.2-2.7x at 1-5 rows; the 49152x576 output projection 1.7-1.8x at 1-128 rows, 1.0x
+  at 512; outputs equal (``torch.equal``) at every size tried;
+* at 1,024-2,048 rows (long prefills) the two trade places (0.7-1.2x), so more than
   :data:`PACKED_MAX_ROWS` rows take the stock path;
-* float32 packed was slower than MKL's sgemm (1.4x): float32 keeps the stock path.
+* float32 packed was 0.73x of MKL's sgemm: float32 keeps the stock path.
 
-Whole decoding loops (``bench.overhead --dtype bfloat16``, same draws): AR +20% tokens/s, SpS
-+16%, MTAD with the feature head +14%.
+Whole decoding loops (``bench.overhead --dtype bfloat16 --methods ar,sps,mtad``, ``--linears
+stock`` against the default, the same tokens): AR +13% tokens/s, SpS +17%, MTAD with the
+feature head +17%.
 
 What may be packed is decided in one place (:func:`packable`): a 2-D bfloat16 CPU weight when
 torch's oneDNN supports bfloat16 on this CPU, and a call that needs no gradient (training falls

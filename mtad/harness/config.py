@@ -104,7 +104,7 @@ class RuntimeConfig:
     # model's own lm_head call) or fast (force)
     head: str = "auto"
     # the models' projections: auto (bfloat16 on a CPU whose oneDNN supports it: prepacked
-    # weights, mtad.engine.packed: the same logits bit for bit, decoding +14-20% tokens/s on
+    # weights, mtad.engine.packed: the same logits bit for bit, decoding +13-17% tokens/s on
     # an AMX Xeon) or stock (F.linear as transformers calls it)
     linears: str = "auto"
 
