@@ -8,6 +8,7 @@ alike. Absolute tokens/s on a shared 2-core machine mean little; the ratios are 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -16,7 +17,7 @@ import resource
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -406,14 +407,22 @@ def time_head_step(runner: Any, rows: int, gen: torch.Generator) -> tuple[float,
     previous output (compact rows, as drafting reads them); the cache and every row's state are
     put back, so the next call times the same step."""
     ids = torch.randint(0, runner.vocab_size, (rows, 1), generator=gen)
+    with one_position_undone(runner):
+        c0, w0 = time.process_time(), time.perf_counter()
+        runner.forward(ids, compact=True)
+        c, w = time.process_time() - c0, time.perf_counter() - w0
+    return 1e3 * c, 1e3 * w
+
+
+@contextlib.contextmanager
+def one_position_undone(runner: Any) -> Iterator[None]:
+    """Let a feature-level head's runner draft one position, then put its cache and every
+    row's state back as they were."""
     last, true_len = runner.last, runner.true_len
-    c0, w0 = time.process_time(), time.perf_counter()
-    runner.forward(ids, compact=True)
-    c, w = time.process_time() - c0, time.perf_counter() - w0
+    yield
     runner.cache.crop(-1)
     runner.cached_ids = runner.cached_ids[:, :-1]
     runner.last, runner.true_len = last, true_len
-    return 1e3 * c, 1e3 * w
 
 
 def head_after_context(pair: LoadedPair, context: torch.Tensor, rows: int) -> Any:

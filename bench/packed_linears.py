@@ -65,13 +65,7 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     models = (target_model, draft_model, head)
 
     def forward(r: ModelRunner, n: int) -> Callable[[], torch.Tensor]:
-        def run() -> torch.Tensor:
-            ids = torch.randint(0, r.vocab_size, (1, n), generator=gen)
-            out = r.forward(ids, keep=n)
-            r.crop(r.cache_len - n)
-            return out
-
-        return run
+        return lambda: forward_undone(r, torch.randint(0, r.vocab_size, (1, n), generator=gen))
 
     def head_step() -> None:
         common.time_head_step(runner, 4, gen)
@@ -109,14 +103,10 @@ def main(argv: list[str] | None = None) -> list[list[str]]:
     return rows
 
 
-def drafted_position(runner: HeadRunner, ids: torch.Tensor) -> torch.Tensor:
-    """The head's compact logits for ``ids`` ``[rows, 1]`` after its cache, which is then put
-    back as it was (as :func:`bench.common.time_head_step` does)."""
-    last, true_len = runner.last, runner.true_len
-    out = runner.forward(ids, compact=True)
-    runner.cache.crop(-1)
-    runner.cached_ids = runner.cached_ids[:, :-1]
-    runner.last, runner.true_len = last, true_len
+def forward_undone(runner: ModelRunner, ids: torch.Tensor) -> torch.Tensor:
+    """The logits of ``ids`` ``[1, n]`` after the cache, which is then cropped back."""
+    out = runner.forward(ids, keep=ids.shape[1])
+    runner.crop(runner.cache_len - ids.shape[1])
     return out
 
 
@@ -139,9 +129,9 @@ def logits_differences(
             ("target 5 tokens", target, 5),
             ("draft 1 token", draft, 1),
         ):
-            got[name] = r.forward(ids[:, :n], keep=n)
-            r.crop(r.cache_len - n)
-        got["head 1 token x 4 rows"] = drafted_position(runner, ids[:, :1].expand(4, 1))
+            got[name] = forward_undone(r, ids[:, :n])
+        with common.one_position_undone(runner):
+            got["head 1 token x 4 rows"] = runner.forward(ids[:, :1].expand(4, 1), compact=True)
     return {
         name: "equal"
         if torch.equal(outs["auto"][name], outs["stock"][name])
