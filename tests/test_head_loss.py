@@ -89,3 +89,33 @@ def test_row_stats_without_some_gradients_and_the_full_vocabulary():
     top.sum().backward()  # only the top-k is used: a one on each row's 10 largest
     want = torch.zeros_like(logits).scatter_(-1, logits.topk(10, -1).indices, 1.0)
     torch.testing.assert_close(x.grad, want)
+
+
+@pytest.mark.parametrize(
+    ("rows", "width", "k"), [(3, 12289, 10), (5, 49152, 20), (4, 640, 10), (2, 100, 10)]
+)
+def test_blocked_topk_is_torchs_topk(rows, width, k):
+    """The k largest of each row, sorted, with their columns: whole blocks only, a tail after
+    the last block, rows too narrow to block (torch's own top-k), and rows whose top values
+    crowd into one block or sit in the tail."""
+    from mtad_train.head_train import blocked_topk
+
+    gen = torch.Generator().manual_seed(width)
+    x = 3 * torch.randn(rows, width, generator=gen)
+    x[0, 64 : 64 + k] += 50.0  # the row's k largest in one block
+    x[-1, -1] += 60.0  # the largest in the tail
+    want = torch.topk(x, k, dim=-1)
+    values, indices = blocked_topk(x, k)
+    torch.testing.assert_close(values, want.values, rtol=0, atol=0)
+    assert torch.equal(indices, want.indices)
+
+
+def test_blocked_topk_with_ties_gives_the_values_and_columns_holding_them():
+    from mtad_train.head_train import blocked_topk
+
+    x = torch.zeros(2, 4096)
+    x[:, ::512] = 1.0  # eight equal maxima in eight blocks, the rest tied at zero
+    values, indices = blocked_topk(x, 10)
+    torch.testing.assert_close(values, torch.topk(x, 10, dim=-1).values, rtol=0, atol=0)
+    assert torch.equal(x.gather(-1, indices), values)
+    assert all(len(set(row.tolist())) == 10 for row in indices)  # distinct columns
