@@ -214,3 +214,32 @@ def test_packed_linears_bench_times_both_modes_on_the_real_pair(capsys) -> None:
         )
     if same:
         assert [r[4] for r in rows] == ["equal"] * 4
+
+
+def test_head_train_step_times_both_topk_arms_on_the_training_batches(tmp_path) -> None:
+    """One timed step per top-k arm on the committed cursor's next 256 positions (teacher
+    signal computed into a fresh cache); the loss's top-k is torch's again afterwards."""
+    from bench import head_train_step
+    from mtad_train import head_train
+
+    original = head_train.blocked_topk
+    args = head_train_step.parse_args(
+        ["--steps", "1", "--tokens-per-step", "256", "--ckpt-dir", str(tmp_path)]
+    )
+    times = head_train_step.time_steps(args)
+    assert set(times) == set(head_train_step.TOPK_ARMS)
+    assert all(len(v) == 1 and v[0] > 0 for v in times.values())
+    assert head_train.blocked_topk is original
+
+
+def test_the_lean_allocator_file_is_what_continue_sh_exports() -> None:
+    from bench.head_train_step import ALLOCATOR_ENV, allocator_env
+
+    env = allocator_env()
+    assert env["THP_MEM_ALLOC_ENABLE"] == "1" and "mmap_max=0" in env["GLIBC_TUNABLES"]
+    script = (REPO / "assets/drafts/smollm2-head/continue.sh").read_text()
+    assert f". {ALLOCATOR_ENV.relative_to(REPO)}" in script
+    shell = "set -a; . scripts/lean_allocator.env; set +a; env"
+    out = subprocess.run(["bash", "-c", shell], cwd=REPO, capture_output=True, text=True)
+    exported = out.stdout.splitlines()
+    assert all(f"{k}={v}" in exported for k, v in env.items())

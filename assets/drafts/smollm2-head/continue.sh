@@ -9,16 +9,14 @@
 # what the session's other work leaves of the other core; it stops with the training.
 cd "$(dirname "$0")/../../.." || exit 1
 mkdir -p .dev/head/cumulative
+# The allocator: glibc kept from fresh mappings, torch's transparent huge pages (the file says
+# why; `python -m bench.head_train_step` measures it: ~1.2x a step here).
+set -a
+. scripts/lean_allocator.env
+set +a
 # One core for training whatever else runs: nice alone did not hold it here (the training got
 # ~40% of a core beside four niced jobs, kernel 6.18); a round-robin real-time priority does
 # (~95%; the kernel's RT throttling leaves the core 5% for others). Needs root; else plain.
-# The allocator: a step allocates and frees tensors of tens of MB, which glibc serves with fresh
-# mappings whose pages fault in on first touch (~1.6 us a 4 KB page on the Intel Xeon VM, far
-# more when both cores fault; 6,400 faults to fill one 29 MB attention tensor): keep freed memory
-# in the heap for reuse (no mmap, no trim) and let torch ask for transparent huge pages.
-# Side by side (.dev probe, the same batches, issue 39): ~1.2x a step.
-export GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-export THP_MEM_ALLOC_ENABLE=1
 run=(.venv/bin/python)
 if [ "$(id -u)" = 0 ] && command -v chrt > /dev/null; then run=(chrt -r 5 .venv/bin/python); fi
 nice -n 10 .venv/bin/python scripts/train_head.py teacher --threads 1 \
