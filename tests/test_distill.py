@@ -200,3 +200,23 @@ def test_ids_file_round_trip_and_micro_batches(tmp_path):
     batches = micro_batches(range(5), 10, length=lambda i: lengths[i])
     assert batches == [[3, 1, 4], [0, 2]]
     assert all(len(b) * max(lengths[i] for i in b) <= 10 for b in batches)
+
+
+def test_generation_warps_rows_as_the_engine_does() -> None:
+    """``generate``'s logits processor: transformers' softmax of its output is the engine's
+    warped distribution (top-k 10, then top-p 0.9 over them), every other token at zero."""
+    import torch
+
+    from mtad.engine.warping import warp_logprobs
+    from mtad_train import objectives as O
+    from mtad_train.data import AuthorsWarp
+
+    gen = torch.Generator().manual_seed(0)
+    scores = 3 * torch.randn(4, 500, generator=gen)
+    scores[1, :12] = 9.0  # twelve tied at the top: kept together, as the engine keeps them
+    out = AuthorsWarp(O.AUTHORS_WARP)(torch.zeros(4, 1, dtype=torch.long), scores.clone())
+    probs = torch.softmax(out, dim=-1)
+    want = warp_logprobs(scores, O.AUTHORS_WARP).exp()
+    torch.testing.assert_close(probs, want, rtol=1e-5, atol=1e-6)
+    kept = (probs > 0).sum(-1)
+    assert kept[1] >= 12 and all(1 <= int(kept[r]) <= 10 for r in (0, 2, 3))
