@@ -102,10 +102,21 @@ class CumulativeConfig:
     # the weights exported are an exponential moving average of the trained ones with this
     # decay per step (0: the trained weights themselves); the curve row holds both's held-out
     ema_decay: float = 0.98
+    # a slower average kept beside it (0: none); an export scores both on the held-out
+    # responses and exports the better (pooled over kinds, mean over depths): a blend of two
+    # exports 3.4M positions apart scored above either (notes.md, 2026-12-05)
+    slow_ema_decay: float = 0.995
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
     # keep each sequence's teacher signal under <ckpt_dir>/teacher (a speed-up: computed once
     # per machine instead of once per epoch; mtad_train.teacher)
     teacher_cache: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("ema_decay", "slow_ema_decay"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.slow_ema_decay and self.slow_ema_decay == self.ema_decay:
+            raise ValueError("slow_ema_decay must differ from ema_decay (0: no second average)")
 
     def train_config(self, autocast: bool) -> HeadTrainConfig:
         return HeadTrainConfig(
@@ -371,8 +382,8 @@ def run_session(
     head_dir, ckpt, tcfg = Path(cfg.head), Path(cfg.ckpt_dir), cfg.train_config(autocast)
     head.train()
     opt = make_optimizer(head, tcfg)
-    state, averaged = _resume(head, opt, head_dir, ckpt, log)
-    average = WeightAverage(head, cfg.ema_decay, averaged) if cfg.ema_decay else None
+    state, saved = _resume(head, opt, head_dir, ckpt, log)
+    averages = weight_averages(head, cfg, saved)
     # a fresh optimiser warms up; one whose moments came back with the local checkpoint goes on
     # at full rate, so a session resumed after a crash continues the uninterrupted run exactly
     warmup = 0 if opt.state else cfg.warmup_steps
@@ -397,7 +408,7 @@ def run_session(
         batches = _next_batches(cfg, teacher, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
-        if average is not None:
+        for average in averages:
             average.update(head)
         state.steps += 1
         steps_here += 1
@@ -414,11 +425,11 @@ def run_session(
         )
         if stop or (cfg.export_every_s and now - last_export >= cfg.export_every_s):
             session.update(steps_at_end=state.steps, positions_at_end=state.positions)
-            _export(head, head_dir, state, session["started"], host, evaluate, log, average)
-            save_checkpoint(ckpt, head, opt, state, _extra(average))
+            _export(head, head_dir, state, session["started"], host, evaluate, log, averages)
+            save_checkpoint(ckpt, head, opt, state, _extra(averages))
             last_export = last_ckpt = time.monotonic()
         elif cfg.ckpt_every_s and now - last_ckpt >= cfg.ckpt_every_s:
-            save_checkpoint(ckpt, head, opt, state, _extra(average))
+            save_checkpoint(ckpt, head, opt, state, _extra(averages))
             last_ckpt = now
         if stop:
             head.eval()
@@ -524,16 +535,32 @@ def fill_ahead(
             time.sleep(poll_s)
 
 
-def _extra(average: WeightAverage | None) -> dict[str, Any] | None:
-    return None if average is None else {"ema": average.avg}
+def weight_averages(
+    head: FeatureHead, cfg: CumulativeConfig, saved: dict[str, Any] | None
+) -> list[WeightAverage]:
+    """The moving averages a session keeps: ``cfg.ema_decay``'s and, beside it, the slower
+    ``cfg.slow_ema_decay``'s; each resumed from the local checkpoint (a slow average missing
+    there starts from the fast one's), else from the weights the session starts from."""
+    saved = saved or {}
+    if not cfg.ema_decay:
+        return []
+    averages = [WeightAverage(head, cfg.ema_decay, saved.get("ema"), key="ema")]
+    if cfg.slow_ema_decay:
+        slow = saved.get("ema_slow") or saved.get("ema")
+        averages.append(WeightAverage(head, cfg.slow_ema_decay, slow, key="ema_slow"))
+    return averages
+
+
+def _extra(averages: Sequence[WeightAverage]) -> dict[str, Any] | None:
+    return {a.key: a.avg for a in averages} or None
 
 
 def _resume(
     head: FeatureHead, opt, head_dir: Path, ckpt: Path, log
-) -> tuple[CumulativeState, dict[str, torch.Tensor] | None]:
-    """The state to go on from and the weight average: the local checkpoint's when it descends
-    from the committed export (weights, optimiser and average loaded), else the committed state
-    and weights (the average starts from them)."""
+) -> tuple[CumulativeState, dict[str, dict[str, torch.Tensor]] | None]:
+    """The state to go on from and the weight averages (by key): the local checkpoint's when it
+    descends from the committed export (weights, optimiser and averages loaded), else the
+    committed state and weights (the averages start from them)."""
     settle_export(head_dir)
     committed = read_state(head_dir)
     resumed = _load_local(ckpt, committed)
@@ -542,7 +569,7 @@ def _resume(
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
-        return state, ck.get("ema")
+        return state, {k: ck[k] for k in ("ema", "ema_slow") if ck.get(k) is not None}
     if (head_dir / WEIGHTS_FILE).is_file():
         load_head_weights(head, head_dir)
     log(f"resumed the committed head: step {committed.steps}, {committed.positions} positions")
@@ -557,30 +584,47 @@ def _export(
     host,
     evaluate,
     log,
-    average: WeightAverage | None = None,
+    averages: Sequence[WeightAverage] = (),
 ):
-    """The head (its weight average when there is one) and its state into the committed
-    folder, and a curve row: held-out acceptance when ``evaluate`` is given, of the exported
-    weights (``heldout``) and, with an average, of the trained ones too (``heldout_trained``),
-    so the curve says whether the average pays."""
+    """The head (the better of its weight averages when there are any) and its state into the
+    committed folder, and a curve row: held-out acceptance when ``evaluate`` is given, of the
+    exported weights (``heldout``), of the trained ones (``heldout_trained``) and, with two
+    averages, of each (``heldout_averages``), so the curve says whether an average pays.
+    Without ``evaluate`` the first average is exported."""
     row: dict[str, Any] = {
         "steps": state.steps,
         "positions": state.positions,
         "seconds": round(state.seconds, 1),
         "session": started,
-        "weights": f"ema {average.decay}" if average else "trained",
         **(host or {}),
     }
-    if average is not None and evaluate is not None:
+    scored: dict[str, Any] = {}
+    if averages and evaluate is not None:
         row["heldout_trained"] = evaluate(head)
         log("held-out, trained weights " + _short(row["heldout_trained"]))
-    with average.swapped_in(head) if average is not None else contextlib.nullcontext():
+        for a in averages:
+            with a.swapped_in(head):
+                scored[a.label] = evaluate(head)
+            log(f"held-out, {a.label} " + _short(scored[a.label]))
+        if len(averages) > 1:
+            row["heldout_averages"] = scored
+    chosen = max(averages, key=lambda a: _pooled(scored[a.label])) if scored else None
+    chosen = chosen or (averages[0] if averages else None)
+    row["weights"] = chosen.label if chosen is not None else "trained"
+    with chosen.swapped_in(head) if chosen is not None else contextlib.nullcontext():
         export_head(head, head_dir, state)
         if evaluate is not None:
-            row["heldout"] = evaluate(head)
-            log("held-out " + _short(row["heldout"]))
+            row["heldout"] = scored.get(row["weights"]) or evaluate(head)
+            log(f"held-out ({row['weights']}, exported) " + _short(row["heldout"]))
     head.train()
     append_curve(head_dir, row)
+
+
+def _pooled(heldout: dict[str, Any]) -> float:
+    """Held-out acceptance pooled over kinds (``all``), mean over the depths scored."""
+    pooled = heldout.get("all", next(iter(heldout.values())))
+    values = [v for k, v in pooled.items() if k.startswith("d")]
+    return sum(values) / len(values)
 
 
 class WeightAverage:
@@ -591,9 +635,15 @@ class WeightAverage:
     per session."""
 
     def __init__(
-        self, head: FeatureHead, decay: float, avg: dict[str, torch.Tensor] | None = None
+        self,
+        head: FeatureHead,
+        decay: float,
+        avg: dict[str, torch.Tensor] | None = None,
+        key: str = "ema",
     ) -> None:
         self.decay = decay
+        self.key = key  # its name in the local checkpoint
+        self.label = f"ema {decay}"  # its name in the curve
         params = dict(head.named_parameters())
         self.names = [n for n, p in params.items() if p.requires_grad]
         fresh = {n: params[n].detach().float().clone() for n in self.names}

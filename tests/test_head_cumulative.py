@@ -369,3 +369,66 @@ def test_the_weight_average_follows_its_decay_and_swaps_back_the_trained_weights
     assert torch.equal(params[name], trained)
     frozen = [n for n, p in head.named_parameters() if not p.requires_grad]
     assert not set(frozen) & set(average.names)  # the target's frozen rows are not averaged
+
+
+def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
+    """Two averages (decays 0.5 and 0.9) after the trained weights moved: the export scores the
+    trained weights and each average, writes the better average's weights and labels the curve
+    row with it; without an evaluation the fast average is exported."""
+    import json
+
+    import torch
+
+    from mtad.engine.feature_head import FeatureHead, HeadSpec
+    from mtad.engine.tiny import build_tiny_model
+    from mtad_train.cumulative import (
+        CumulativeConfig,
+        CumulativeState,
+        _export,
+        load_head_weights,
+        weight_averages,
+    )
+
+    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
+    head = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
+    cfg = CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9)
+    averages = weight_averages(head, cfg, None)
+    assert [a.label for a in averages] == ["ema 0.5", "ema 0.9"]
+    name = averages[0].names[0]
+    param = dict(head.named_parameters())[name]
+    start = param.detach().clone()
+    with torch.no_grad():
+        param.add_(1.0)
+    for a in averages:
+        a.update(head)
+
+    def evaluate(h):  # scores the weights' distance from the start: the slow average is closest
+        shift = float((dict(h.named_parameters())[name] - start).abs().mean())
+        return {"all": {"d1": 1.0 - shift, "d2": 0.5}}
+
+    for folder, scorer, want in (("scored", evaluate, "ema 0.9"), ("unscored", None, "ema 0.5")):
+        head_dir = tmp_path / folder
+        head.save(head_dir)
+        _export(head, head_dir, CumulativeState(), "now", {}, scorer, lambda m: None, averages)
+        row = json.loads((head_dir / "training/curve.jsonl").read_text().splitlines()[-1])
+        assert row["weights"] == want
+        chosen = next(a for a in averages if a.label == want)
+        saved = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
+        load_head_weights(saved, head_dir)
+        exported = dict(saved.named_parameters())[name]
+        # exported in bfloat16 (the committed weights' dtype); the two averages are 0.4 apart
+        torch.testing.assert_close(exported, chosen.avg[name].bfloat16().to(exported.dtype))
+        assert torch.equal(param, start + 1.0)  # the trained weights are back
+        if scorer is not None:
+            assert set(row["heldout_averages"]) == {"ema 0.5", "ema 0.9"}
+            assert row["heldout"] == row["heldout_averages"]["ema 0.9"]
+            assert row["heldout_trained"]["all"]["d1"] < row["heldout"]["all"]["d1"]
+
+
+def test_the_two_averages_must_differ():
+    from mtad_train.cumulative import CumulativeConfig
+
+    with pytest.raises(ValueError, match="slow_ema_decay must differ"):
+        CumulativeConfig(ema_decay=0.98, slow_ema_decay=0.98)
+    with pytest.raises(ValueError, match="ema_decay must be in"):
+        CumulativeConfig(ema_decay=1.0)
