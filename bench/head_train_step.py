@@ -8,9 +8,9 @@ Two things decide how many positions a session trains, and both are timed here s
   in the loss's row statistics, alternating step by step on the same batches.
 
 Every child builds the head from the committed folder (float32, bf16 autocast where the CPU has
-it natively, as the training runs) and takes the next ``--batches`` steps of data at the
-committed cursor (teacher signal from the training's cache, computed where it is missing), warms
-up one step per arm, then times ``--steps`` optimiser steps per top-k arm.
+it natively, as the training runs) and takes the next step of data at the committed cursor
+(teacher signal from the training's cache, computed where it is missing), warms up one step per
+arm, then times ``--steps`` optimiser steps per top-k arm on that same step's batches.
 
     python -m bench.head_train_step [--rounds 2] [--steps 3] [--tokens-per-step 8192]
 

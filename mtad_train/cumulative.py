@@ -608,8 +608,10 @@ def _export(
             log(f"held-out, {a.label} " + _short(scored[a.label]))
         if len(averages) > 1:
             row["heldout_averages"] = scored
-    chosen = max(averages, key=lambda a: _pooled(scored[a.label])) if scored else None
-    chosen = chosen or (averages[0] if averages else None)
+    if scored:
+        chosen = max(averages, key=lambda a: _pooled(scored[a.label]))
+    else:
+        chosen = averages[0] if averages else None
     row["weights"] = chosen.label if chosen is not None else "trained"
     with chosen.swapped_in(head) if chosen is not None else contextlib.nullcontext():
         export_head(head, head_dir, state)
