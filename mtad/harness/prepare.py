@@ -7,6 +7,7 @@ pre-validation callback) use the same preparation without the run machinery.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,14 +16,15 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from mtad.engine import DecodingMethod
-from mtad.engine.spec import ModelSpec
+from mtad.engine.smollm2 import GGUF_PACKAGE
+from mtad.engine.spec import ModelSpec, resolve_path
 from mtad.harness import preflight
 from mtad.harness.config import ConfigError, RunSpec, validate
 from mtad.harness.device import check_device
 from mtad.harness.results import host_hardware
 from mtad.methods import make_method
 from mtad.runs.folder import result_dir
-from mtad.runs.identity import RunIdentity
+from mtad.runs.identity import RunIdentity, folder_signature
 from mtad.tasks import build_task as build_task_from_options
 from mtad.tasks.base import Task
 
@@ -88,17 +90,38 @@ def prepare(
 
 def resolved_config(cfg: DictConfig, spec: RunSpec, task: Task) -> dict[str, Any]:
     """The config a run records and is identified by: ``cfg`` resolved, the method's params
-    with their defaults, what identifies the task's data (file hashes, subset) and the dtypes
-    ``auto`` resolved to on this host."""
+    with their defaults, what identifies the task's data (file hashes, subset), what identifies
+    the pair's weights (:func:`model_signature`) and the dtypes ``auto`` resolved to here."""
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     config.pop("hydra", None)
     config["method"] = {"name": spec.method_name, **spec.method_params}
     config["task_data"] = task.signature()
-    for role, model in (("target", spec.target), ("draft", spec.draft)):
+    # Both models, whichever the method loads: the pair is one setting of a study, within which
+    # runs are compared (mtad.runs.comparison); an AR baseline kept across a retrained draft
+    # would be averaged with SpS runs of two different drafts under one key.
+    models = {"target": spec.target, "draft": spec.draft}
+    config["model_data"] = {
+        role: model_signature(model) for role, model in models.items() if model is not None
+    }
+    for role, model in models.items():
         if model is not None and isinstance(config["pair"].get(role), dict):
             config["pair"][role]["dtype"] = model.dtype
     return config
+
+
+def model_signature(spec: ModelSpec) -> dict[str, Any] | None:
+    """What identifies the weights ``spec`` loads beyond its config: a local folder's files by
+    content (:func:`~mtad.runs.identity.folder_signature`); the ``smollm2_gguf`` target by its
+    package's version (the GGUF ships inside it); None where the config says it all (``tiny``:
+    built from its seed) or nothing on this disk can tell (a hub name: it is in the config)."""
+    if spec.loader == "smollm2_gguf":
+        return {"package": GGUF_PACKAGE, "version": importlib.metadata.version(GGUF_PACKAGE)}
+    if spec.loader in ("local", "hub") and spec.path:
+        folder = Path(resolve_path(spec.path) if spec.loader == "local" else spec.path)
+        if folder.is_dir():
+            return folder_signature(folder)
+    return None
 
 
 def _check_models(spec: RunSpec, task: Task, method: DecodingMethod) -> None:

@@ -14,6 +14,11 @@ the keys that do not change it) and adds the hardware that decides timing
 - :attr:`RunIdentity.setup_key`: the identity without the hardware, by which a planner that
   cannot run a device itself (a login node planning GPU runs) finds runs written elsewhere.
 
+What the config names by path is identified by content: the task's data files
+(:meth:`mtad.tasks.base.Task.signature`) and the weights of the models a run loads
+(:func:`folder_signature`, recorded as ``model_data`` by :mod:`mtad.harness.prepare`), so a
+retrained draft in the same folder is a new run, not a stale "complete" one.
+
 Kept out (:data:`EXCLUDED`): logging, output locations, tags, the device string (its kind is
 hardware), the threads setting (the effective count is hardware), placement and the energy
 meter's bookkeeping. Energy polling is in (:func:`energy_identity`): it shares the cores with
@@ -22,11 +27,13 @@ decoding, so a run metered otherwise measured otherwise.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mtad.runs.hardware import hardware_key
@@ -49,6 +56,61 @@ EXCLUDED: tuple[str, ...] = (
 )
 SIGNATURE_HASH = 10
 KEY_HASH = 12
+CONTENT_HASH = 12
+# The files of a model folder that a load reads (from_pretrained, the feature head, the draft
+# vocabulary): weights by suffix, configs and tokenizers by name. Reports, curves and training
+# records beside them change no decoding.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+MODEL_CONFIG_FILES = (
+    "config.json",
+    "generation_config.json",
+    "head_config.json",
+    "draft_vocab.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+@functools.lru_cache(maxsize=256)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """Keyed by size and modification time too: a planner preparing hundreds of runs hashes
+    each file once, and a file rewritten in place is hashed again."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def content_tag(path: Path) -> str:
+    """``name:hash`` of a file, by content (no absolute path: it differs per checkout)."""
+    stat = path.stat()
+    return f"{path.name}:{_file_sha256(str(path), stat.st_size, stat.st_mtime_ns)[:CONTENT_HASH]}"
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files of ``folder`` a load reads (:data:`WEIGHT_SUFFIXES`,
+    :data:`MODEL_CONFIG_FILES`, sharded weights' ``*.index.json``), sorted by name."""
+    return sorted(
+        f
+        for f in folder.iterdir()
+        if f.is_file()
+        and (
+            f.suffix in WEIGHT_SUFFIXES
+            or f.name in MODEL_CONFIG_FILES
+            or f.name.endswith(".index.json")
+        )
+    )
+
+
+def folder_signature(folder: Path) -> dict[str, Any]:
+    """What identifies the model a folder holds beyond the config that names it: its
+    :func:`model_files` by content."""
+    return {"files": [content_tag(f) for f in model_files(folder)]}
 
 
 def energy_identity(energy: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -158,8 +220,11 @@ def identity_of(config: Mapping[str, Any], metrics: Mapping[str, Any]) -> RunIde
 __all__ = [
     "EXCLUDED",
     "RunIdentity",
+    "content_tag",
     "energy_identity",
     "identity_of",
+    "model_files",
+    "folder_signature",
     "recorded_setup",
     "relevant_config",
 ]

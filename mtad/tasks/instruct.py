@@ -22,11 +22,11 @@ prompt (:mod:`mtad.runs.comparison`).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mtad.runs.identity import content_tag
 from mtad.tasks import ifeval_rules, rows
 from mtad.tasks.base import Task
 from mtad.tasks.instruct_data import DATA_FILE
@@ -147,9 +147,7 @@ class InstructTask(Task):
 
     def signature(self) -> dict[str, Any]:
         """The data by name and content hash (no absolute paths: they differ per checkout)."""
-        files = [
-            f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()[:12]}" for f in self.files()
-        ]
+        files = [content_tag(f) for f in self.files()]
         return {**super().signature(), "data": self.data, "files": files or [HUB_DATASET]}
 
     # ----------------------------------------------------------------------------- scoring

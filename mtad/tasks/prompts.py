@@ -20,11 +20,11 @@ and its category as the kind:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mtad.runs.identity import content_tag
 from mtad.tasks import rows
 from mtad.tasks.base import Task, resolve_data_path
 from mtad.tasks.mtbench_data import data_root
@@ -100,7 +100,7 @@ class PromptsTask(Task):
 
     def signature(self) -> dict[str, Any]:
         """Files by name and content hash (not by absolute path, which differs per checkout)."""
-        files = [f"{f.name}:{hashlib.sha256(f.read_bytes()).hexdigest()[:12]}" for f in self.files]
+        files = [content_tag(f) for f in self.files]
         return {**super().signature(), "files": files, "kinds": self.kinds}
 
     def score(self, outputs: Sequence[SampleOutput]) -> TaskResult:
