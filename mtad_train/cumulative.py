@@ -31,6 +31,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +63,7 @@ WEIGHTS_FILE = "model.safetensors"
 TEACHER_DIR = "teacher"  # under ckpt_dir: the teacher cache
 CURSOR_FILE = "cursor.json"  # under ckpt_dir: the running session's cursor, every step
 NEXT_WEIGHTS_FILE = "model.next.safetensors"  # an export's weights until its state is written
+TRAINED = "trained"  # the curve's name for the trained weights (beside the averages' labels)
 
 
 @dataclass
@@ -107,6 +109,11 @@ class CumulativeConfig:
     # exports 3.4M positions apart scored above either (notes.md, 2026-12-05)
     slow_ema_decay: float = 0.995
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
+    # the last cooldown_s seconds of time_budget_s take the learning rate down to 0 (1 - sqrt
+    # of the cooldown's progress: Hagele et al. 2024, "Scaling Laws and Compute-Optimal
+    # Training Beyond Fixed Training Durations"; EMA alone did not match a cooldown there);
+    # the end's export then scores the cooled weights beside the averages. 0: constant rate
+    cooldown_s: float = 0.0
     # keep each sequence's teacher signal under <ckpt_dir>/teacher (a speed-up: computed once
     # per machine instead of once per epoch; mtad_train.teacher)
     teacher_cache: bool = True
@@ -117,6 +124,8 @@ class CumulativeConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         if self.slow_ema_decay and self.slow_ema_decay == self.ema_decay:
             raise ValueError("slow_ema_decay must differ from ema_decay (0: no second average)")
+        if self.cooldown_s < 0 or (self.cooldown_s and not self.time_budget_s):
+            raise ValueError("cooldown_s needs a time_budget_s to end at (and must be >= 0)")
 
     def train_config(self, autocast: bool) -> HeadTrainConfig:
         return HeadTrainConfig(
@@ -348,8 +357,14 @@ def load_head_weights(head: FeatureHead, head_dir: Path) -> None:
 
 
 # --- the loop ----------------------------------------------------------------------------------
-def lr_constant(lr: float, warmup: int, step_in_session: int) -> float:
-    return lr * min(1.0, (step_in_session + 1) / max(1, warmup))
+def lr_at(cfg: CumulativeConfig, warmup: int, step_in_session: int, elapsed_s: float) -> float:
+    """A linear warmup over ``warmup`` steps, then ``cfg.lr``, then over the budget's last
+    ``cfg.cooldown_s`` seconds down to 0 as ``1 - sqrt(progress)``."""
+    lr = cfg.lr * min(1.0, (step_in_session + 1) / max(1, warmup))
+    if cfg.cooldown_s and cfg.time_budget_s:
+        progress = (elapsed_s - (cfg.time_budget_s - cfg.cooldown_s)) / cfg.cooldown_s
+        lr *= 1.0 - math.sqrt(min(1.0, max(0.0, progress)))
+    return lr
 
 
 def _load_local(folder: Path, committed: CumulativeState):
@@ -404,7 +419,7 @@ def run_session(
     stop_asked = stop_on_term(log)
     while True:
         t0 = time.perf_counter()
-        lr = lr_constant(cfg.lr, warmup, steps_here)
+        lr = lr_at(cfg, warmup, steps_here, time.monotonic() - started)
         batches = _next_batches(cfg, teacher, sources, state)
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + state.steps)
         sums, positions = optimiser_step(head, opt, tcfg, batches, cols, lr, gen)
@@ -586,11 +601,12 @@ def _export(
     log,
     averages: Sequence[WeightAverage] = (),
 ):
-    """The head (the better of its weight averages when there are any) and its state into the
-    committed folder, and a curve row: held-out acceptance when ``evaluate`` is given, of the
-    exported weights (``heldout``), of the trained ones (``heldout_trained``) and, with two
-    averages, of each (``heldout_averages``), so the curve says whether an average pays.
-    Without ``evaluate`` the first average is exported."""
+    """The head and its state into the committed folder, and a curve row. With ``evaluate``
+    and weight averages, the trained weights (``heldout_trained``) and each average
+    (``heldout_averages``) are scored on the held-out responses and the best (pooled over
+    kinds, mean over depths) is exported: an average under a constant rate, the trained
+    weights where a cooldown beat them; the row names it (``weights``) and holds its score
+    (``heldout``). Without ``evaluate`` the first average is exported."""
     row: dict[str, Any] = {
         "steps": state.steps,
         "positions": state.positions,
@@ -600,19 +616,20 @@ def _export(
     }
     scored: dict[str, Any] = {}
     if averages and evaluate is not None:
-        row["heldout_trained"] = evaluate(head)
+        row["heldout_trained"] = scored[TRAINED] = evaluate(head)
         log("held-out, trained weights " + _short(row["heldout_trained"]))
         for a in averages:
             with a.swapped_in(head):
                 scored[a.label] = evaluate(head)
             log(f"held-out, {a.label} " + _short(scored[a.label]))
         if len(averages) > 1:
-            row["heldout_averages"] = scored
-    if scored:
-        chosen = max(averages, key=lambda a: _pooled(scored[a.label]))
+            row["heldout_averages"] = {a.label: scored[a.label] for a in averages}
+    by_label = {a.label: a for a in averages}
+    if scored:  # the best scored: an average, or the trained weights after a cooldown
+        row["weights"] = max(scored, key=lambda label: _pooled(scored[label]))
     else:
-        chosen = averages[0] if averages else None
-    row["weights"] = chosen.label if chosen is not None else "trained"
+        row["weights"] = averages[0].label if averages else TRAINED
+    chosen = by_label.get(row["weights"])
     with chosen.swapped_in(head) if chosen is not None else contextlib.nullcontext():
         export_head(head, head_dir, state)
         if evaluate is not None:

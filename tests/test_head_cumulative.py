@@ -425,6 +425,70 @@ def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
             assert row["heldout_trained"]["all"]["d1"] < row["heldout"]["all"]["d1"]
 
 
+def test_the_cooldown_takes_the_rate_to_zero_over_the_budgets_last_seconds():
+    from mtad_train.cumulative import CumulativeConfig, lr_at
+
+    constant = CumulativeConfig(lr=1e-3, time_budget_s=100.0)
+    assert [lr_at(constant, 0, 50, t) for t in (0.0, 99.0, 200.0)] == [1e-3] * 3
+    assert lr_at(constant, 10, 0, 0.0) == pytest.approx(1e-4)  # warmup: step 1 of 10
+    cfg = CumulativeConfig(lr=1e-3, time_budget_s=100.0, cooldown_s=40.0)
+    assert lr_at(cfg, 0, 50, 60.0) == pytest.approx(1e-3)  # the cooldown starts at 60 s
+    # 1 - sqrt(progress): a quarter through, half the rate; at the end and past it, none
+    assert lr_at(cfg, 0, 50, 70.0) == pytest.approx(5e-4)
+    assert lr_at(cfg, 0, 50, 100.0) == 0.0 and lr_at(cfg, 0, 50, 130.0) == 0.0
+    rates = [lr_at(cfg, 0, 50, t) for t in range(55, 101)]
+    assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))
+    assert lr_at(cfg, 10, 0, 70.0) == pytest.approx(5e-5)  # warmup and cooldown multiply
+    with pytest.raises(ValueError, match="cooldown_s needs a time_budget_s"):
+        CumulativeConfig(cooldown_s=60.0)
+
+
+def test_an_export_takes_the_trained_weights_when_they_score_best(tmp_path):
+    """After a cooldown the trained weights may beat both averages: then they are exported
+    and the row says so; the averages' scores stay in the row."""
+    import torch
+
+    from mtad.engine.feature_head import FeatureHead, HeadSpec
+    from mtad.engine.tiny import build_tiny_model
+    from mtad_train.cumulative import (
+        CumulativeConfig,
+        CumulativeState,
+        _export,
+        load_head_weights,
+        weight_averages,
+    )
+
+    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
+    spec = HeadSpec(taps=[-1], fuse=False, final_norm=False)
+    head = FeatureHead.from_target(target, spec)
+    averages = weight_averages(head, CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9), None)
+    name = averages[0].names[0]
+    param = dict(head.named_parameters())[name]
+    start = param.detach().clone()
+    with torch.no_grad():
+        param.add_(1.0)
+    for a in averages:
+        a.update(head)
+
+    def evaluate(h):  # the farther from the start the better: the trained weights win
+        shift = float((dict(h.named_parameters())[name] - start).abs().mean())
+        return {"all": {"d1": shift / 2.0, "d2": 0.1}}
+
+    head.save(tmp_path)
+    _export(head, tmp_path, CumulativeState(), "now", {}, evaluate, lambda m: None, averages)
+    row = json.loads((tmp_path / "training/curve.jsonl").read_text().splitlines()[-1])
+    assert row["weights"] == "trained"
+    assert row["heldout"] == row["heldout_trained"]
+    assert set(row["heldout_averages"]) == {"ema 0.5", "ema 0.9"}
+    assert all(
+        v["all"]["d1"] < row["heldout"]["all"]["d1"] for v in row["heldout_averages"].values()
+    )
+    saved = FeatureHead.from_target(target, spec)
+    load_head_weights(saved, tmp_path)
+    exported = dict(saved.named_parameters())[name]
+    torch.testing.assert_close(exported, param.detach().bfloat16().to(exported.dtype))
+
+
 def test_the_two_averages_must_differ():
     from mtad_train.cumulative import CumulativeConfig
 
