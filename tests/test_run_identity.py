@@ -156,6 +156,45 @@ def test_the_weights_a_run_loads_are_part_of_its_identity(prep: Prepared, tmp_pa
     )
 
 
+def test_a_large_weight_file_is_identified_by_a_sample_of_its_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file above FULL_HASH_BYTES (a GPU node's weight shards) is hashed by its size and
+    SAMPLED_BLOCKS blocks spread over it: a rewrite of every block (what training does to
+    weights) or another size changes its tag; a byte between the sampled blocks does not (the
+    price of not reading tens of GB per run); a small file is still hashed whole."""
+    import numpy as np
+
+    from mtad.runs import identity
+
+    monkeypatch.setattr(identity, "FULL_HASH_BYTES", 1 << 20)
+    size = 8 << 20
+    big = tmp_path / "model-00001-of-00002.safetensors"
+    rng = np.random.default_rng(0)
+    data = bytearray(rng.bytes(size))
+    big.write_bytes(data)
+    first = identity.content_tag(big)
+
+    stride = (size - identity.SAMPLED_BLOCK_BYTES) // (identity.SAMPLED_BLOCKS - 1)
+    between = stride // 2 + identity.SAMPLED_BLOCK_BYTES // 2  # past block 0, before block 1
+    assert identity.SAMPLED_BLOCK_BYTES < between < stride
+    data[between] ^= 0xFF
+    big.write_bytes(data)
+    assert identity.content_tag(big) == first
+    data[stride + 7] ^= 0xFF  # inside block 1
+    big.write_bytes(data)
+    assert identity.content_tag(big) != first
+
+    big.write_bytes(rng.bytes(size))  # retrained: every block differs
+    retrained = identity.content_tag(big)
+    assert retrained != first
+    big.write_bytes(big.read_bytes() + b"x")
+    assert identity.content_tag(big) not in (first, retrained)
+    small = tmp_path / "config.json"
+    small.write_bytes(b"{}")
+    assert identity.content_tag(small) == f"config.json:{hashlib.sha256(b'{}').hexdigest()[:12]}"
+
+
 def test_the_smollm2_target_is_identified_by_its_package() -> None:
     from mtad.engine.spec import ModelSpec
     from mtad.harness.prepare import model_signature

@@ -75,21 +75,38 @@ MODEL_CONFIG_FILES = (
 )
 
 
+# Files above this size (a large model's weight shards, tens of GB on a GPU node) are hashed by
+# their size and SAMPLED_BLOCKS blocks spread evenly over them: every run's preparation reads
+# each file, and training rewrites every block of a weight file, so a sample tells two of them
+# apart. Smaller files (task data, this repository's drafts) are hashed whole.
+FULL_HASH_BYTES = 256 << 20
+SAMPLED_BLOCKS = 64
+SAMPLED_BLOCK_BYTES = 64 << 10
+
+
 @functools.lru_cache(maxsize=256)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    """Keyed by size and modification time too: a planner preparing hundreds of runs hashes
-    each file once, and a file rewritten in place is hashed again."""
+def _file_sha256(path: str, size: int, mtime_ns: int, inode: int) -> str:
+    """Keyed by size, modification time and inode too: a planner preparing hundreds of runs
+    hashes each file once, and a file rewritten in place or replaced is hashed again."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+        if size <= FULL_HASH_BYTES:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+            return digest.hexdigest()
+        digest.update(f"sampled {size}".encode())
+        stride = (size - SAMPLED_BLOCK_BYTES) // (SAMPLED_BLOCKS - 1)
+        for i in range(SAMPLED_BLOCKS):
+            f.seek(i * stride)
+            digest.update(f.read(SAMPLED_BLOCK_BYTES))
     return digest.hexdigest()
 
 
 def content_tag(path: Path) -> str:
     """``name:hash`` of a file, by content (no absolute path: it differs per checkout)."""
     stat = path.stat()
-    return f"{path.name}:{_file_sha256(str(path), stat.st_size, stat.st_mtime_ns)[:CONTENT_HASH]}"
+    digest = _file_sha256(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    return f"{path.name}:{digest[:CONTENT_HASH]}"
 
 
 def model_files(folder: Path) -> list[Path]:
