@@ -22,7 +22,9 @@ Nothing training needs lives only on a machine's disk:
   teacher pass over the committed held-out ids when absent.
 
 The learning rate is constant after a warm-up (no schedule that restarts per session, so
-sessions add up); the held-out curve is the judge of every change.
+sessions add up) until an optional cooldown over the session's last seconds
+(``cooldown_s``: the next session warms up again from the weights it exported, as a
+warmup-stable-decay schedule's branches do); the held-out curve is the judge of every change.
 """
 
 from __future__ import annotations
@@ -648,10 +650,10 @@ def _pooled(heldout: dict[str, Any]) -> float:
 
 class WeightAverage:
     """An exponential moving average of the head's trainable weights (Polyak averaging), in
-    float32. The learning rate is constant, so the trained weights jitter around where the
-    data leads (two exports two steps apart differed by 0.01 in held-out acceptance at every
-    depth); their average is what an annealed schedule would give, with no schedule to restart
-    per session."""
+    float32. The learning rate is constant (a session's cooldown aside), so the trained
+    weights jitter around where the data leads (two exports two steps apart differed by 0.01
+    in held-out acceptance at every depth); their average is close to what an annealed
+    schedule would give, with no schedule to restart per session."""
 
     def __init__(
         self,

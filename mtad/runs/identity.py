@@ -15,7 +15,7 @@ the keys that do not change it) and adds the hardware that decides timing
   cannot run a device itself (a login node planning GPU runs) finds runs written elsewhere.
 
 What the config names by path is identified by content: the task's data files
-(:meth:`mtad.tasks.base.Task.signature`) and the weights of the models a run loads
+(:meth:`mtad.tasks.base.Task.signature`) and the weights of the pair's models
 (:func:`folder_signature`, recorded as ``model_data`` by :mod:`mtad.harness.prepare`), so a
 retrained draft in the same folder is a new run, not a stale "complete" one.
 
@@ -239,9 +239,9 @@ __all__ = [
     "RunIdentity",
     "content_tag",
     "energy_identity",
+    "folder_signature",
     "identity_of",
     "model_files",
-    "folder_signature",
     "recorded_setup",
     "relevant_config",
 ]
