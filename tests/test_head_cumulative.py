@@ -371,6 +371,29 @@ def test_the_weight_average_follows_its_decay_and_swaps_back_the_trained_weights
     assert not set(frozen) & set(average.names)  # the target's frozen rows are not averaged
 
 
+def _moved_head_with_two_averages():
+    """A tiny head with averages of decays 0.5 and 0.9 after its first trainable tensor moved
+    by +1: ``(target, spec, head, averages, that tensor's name, the tensor, its value before)``."""
+    import torch
+
+    from mtad.engine.feature_head import FeatureHead, HeadSpec
+    from mtad.engine.tiny import build_tiny_model
+    from mtad_train.cumulative import CumulativeConfig, weight_averages
+
+    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
+    spec = HeadSpec(taps=[-1], fuse=False, final_norm=False)
+    head = FeatureHead.from_target(target, spec)
+    averages = weight_averages(head, CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9), None)
+    name = averages[0].names[0]
+    param = dict(head.named_parameters())[name]
+    start = param.detach().clone()
+    with torch.no_grad():
+        param.add_(1.0)
+    for a in averages:
+        a.update(head)
+    return target, spec, head, averages, name, param, start
+
+
 def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
     """Two averages (decays 0.5 and 0.9) after the trained weights moved: the export scores the
     trained weights and each average, writes the better average's weights and labels the curve
@@ -379,28 +402,11 @@ def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
 
     import torch
 
-    from mtad.engine.feature_head import FeatureHead, HeadSpec
-    from mtad.engine.tiny import build_tiny_model
-    from mtad_train.cumulative import (
-        CumulativeConfig,
-        CumulativeState,
-        _export,
-        load_head_weights,
-        weight_averages,
-    )
+    from mtad.engine.feature_head import FeatureHead
+    from mtad_train.cumulative import CumulativeState, _export, load_head_weights
 
-    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
-    head = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
-    cfg = CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9)
-    averages = weight_averages(head, cfg, None)
+    target, spec, head, averages, name, param, start = _moved_head_with_two_averages()
     assert [a.label for a in averages] == ["ema 0.5", "ema 0.9"]
-    name = averages[0].names[0]
-    param = dict(head.named_parameters())[name]
-    start = param.detach().clone()
-    with torch.no_grad():
-        param.add_(1.0)
-    for a in averages:
-        a.update(head)
 
     def evaluate(h):  # scores the weights' distance from the start: the slow average is closest
         shift = float((dict(h.named_parameters())[name] - start).abs().mean())
@@ -413,7 +419,7 @@ def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
         row = json.loads((head_dir / "training/curve.jsonl").read_text().splitlines()[-1])
         assert row["weights"] == want
         chosen = next(a for a in averages if a.label == want)
-        saved = FeatureHead.from_target(target, HeadSpec(taps=[-1], fuse=False, final_norm=False))
+        saved = FeatureHead.from_target(target, spec)
         load_head_weights(saved, head_dir)
         exported = dict(saved.named_parameters())[name]
         # exported in bfloat16 (the committed weights' dtype); the two averages are 0.4 apart
@@ -448,27 +454,10 @@ def test_an_export_takes_the_trained_weights_when_they_score_best(tmp_path):
     and the row says so; the averages' scores stay in the row."""
     import torch
 
-    from mtad.engine.feature_head import FeatureHead, HeadSpec
-    from mtad.engine.tiny import build_tiny_model
-    from mtad_train.cumulative import (
-        CumulativeConfig,
-        CumulativeState,
-        _export,
-        load_head_weights,
-        weight_averages,
-    )
+    from mtad.engine.feature_head import FeatureHead
+    from mtad_train.cumulative import CumulativeState, _export, load_head_weights
 
-    target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
-    spec = HeadSpec(taps=[-1], fuse=False, final_norm=False)
-    head = FeatureHead.from_target(target, spec)
-    averages = weight_averages(head, CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9), None)
-    name = averages[0].names[0]
-    param = dict(head.named_parameters())[name]
-    start = param.detach().clone()
-    with torch.no_grad():
-        param.add_(1.0)
-    for a in averages:
-        a.update(head)
+    target, spec, head, averages, name, param, start = _moved_head_with_two_averages()
 
     def evaluate(h):  # the farther from the start the better: the trained weights win
         shift = float((dict(h.named_parameters())[name] - start).abs().mean())
