@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from mtad.engine import Decoder
 from mtad.engine.feature_head import FeatureHead, HeadSpec, load_head
 from mtad.engine.features import FeatureTap
-from mtad.engine.head_runner import HeadRunner
+from mtad.engine.head_runner import KV_BUCKET, BucketedKV, HeadRunner
 from mtad.engine.loading import ModelSpec, load_pair
 from mtad.engine.runner import ModelRunner
 from mtad.engine.tiny import build_tiny_model
@@ -155,9 +155,59 @@ def test_head_logits_equal_a_fresh_recomputation(name, tiny_target):
     target, draft = head_pair(tiny_target, head)
     check = FreshCheck(tiny_target, draft)
     dec = Decoder(build_method(name, **DRAFT_METHODS[name]), target, draft)
-    dec.generate(list(range(7, 19)), 24, seed=5)
+    prompt = list(range(7, 19)) * 4  # the generation crosses the head cache's first bucket
+    assert len(prompt) < KV_BUCKET < len(prompt) + 24
+    dec.generate(prompt, 24, seed=5)
     assert check.checked > 10
     assert check.worst < 1e-4, f"{name}: head logits differ from a fresh recomputation"
+
+
+def test_bucketed_cache_holds_what_a_dynamic_cache_holds_and_the_head_step_agrees():
+    """HeadRunner's cache (buffers a multiple of KV_BUCKET long, padding masked) against
+    transformers' DynamicCache through appends across bucket boundaries, crops, reorders and a
+    broadcast of one row: the same keys and values at every point, and the head's step over
+    either the same outputs (the padding never reaches them)."""
+    torch.manual_seed(0)
+    target = build_tiny_model(seed=0)
+    head = random_head(target, taps=[3], seed=2).eval()
+    bucketed, dynamic = BucketedKV(), DynamicCache()
+    d, pos = head.config.hidden_size, 0
+
+    def step(rows: int, n: int) -> None:
+        nonlocal pos
+        x = torch.randn(rows, n, d)
+        positions = torch.arange(pos, pos + n)
+        with torch.no_grad():
+            a = head.step(x, positions, bucketed)
+            b = head.step(x, positions, dynamic)
+        pos += n
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        layer, ref = bucketed.layers[0], dynamic.layers[0]
+        assert layer.k_buf.shape[-2] % KV_BUCKET == 0 and layer.k_buf.shape[-2] >= pos
+        assert torch.equal(layer.keys, ref.keys) and torch.equal(layer.values, ref.values)
+
+    def crop(n: int) -> None:
+        nonlocal pos
+        bucketed.crop(-n)
+        dynamic.crop(-n)
+        pos -= n
+
+    step(1, KV_BUCKET - 2)
+    step(1, 3)  # a feed of several positions across the first boundary
+    crop(2)  # back below it: the next update rebuffers to one bucket
+    step(1, 1)
+    bucketed.expand_rows(3)
+    dynamic.batch_repeat_interleave(3)
+    for _ in range(KV_BUCKET + 5):
+        step(3, 1)
+    rows = torch.tensor([2, 0, 2])
+    bucketed.reorder_cache(rows)
+    dynamic.reorder_cache(rows)
+    crop(4)
+    step(3, 2)
+    assert torch.isfinite(bucketed.layers[0].k_buf).all()
+    with pytest.raises(ValueError, match="minus the positions"):
+        bucketed.crop(1)
 
 
 def test_draft_probabilities_used_are_those_sampled_from(tiny_target, monkeypatch):

@@ -6,7 +6,7 @@ target forward) and otherwise implements the same
 :class:`~mtad.engine.draft_runner.DraftRunner` as the independent draft's
 :class:`~mtad.engine.runner.ModelRunner`: methods *feed* it the committed sequence, run
 drafted tokens *forward*, *crop* on rollback and *select* / *repeat* rows for beams and trees,
-through one transformers ``DynamicCache`` of one layer.
+through one :class:`BucketedKV` cache of one layer.
 
 What differs is kept here:
 
@@ -23,12 +23,125 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-from transformers import DynamicCache
 
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.packed import set_linears
 from mtad.engine.runner import ModelRunner, warp_rows
 from mtad.engine.warping import Candidates, WarpConfig
+
+# Positions: the head's cache holds its keys and values in buffers whose length is a multiple
+# of this. Why: on the CPU, torch runs a bfloat16 matmul through oneDNN, which builds a primitive
+# for every new shape (~1.2 ms on the Intel Xeon); an attention over exactly the cached positions
+# meets a new key length at almost every call of the decoding loop (its 1-row feed of k + 1
+# positions: 1.28 ms median in MTAD's loop, against 0.16 ms for a shape seen before). With the
+# key length a bucket's, a shape repeats for 64 positions and its primitive is built once
+# (0.23 ms in the loop; assets/drafts/smollm2-head/notes.md, 2026-12-05 evening).
+KV_BUCKET = 64
+
+
+def bucket_length(n: int) -> int:
+    """The buffer length that holds ``n`` positions: ``n`` rounded up to :data:`KV_BUCKET`."""
+    return max(KV_BUCKET, -(-n // KV_BUCKET) * KV_BUCKET)
+
+
+class BucketedLayer:
+    """One layer's keys and values ``[rows, kv heads, capacity, head dim]`` in zero-initialised
+    buffers of :func:`bucket_length` positions; the first :attr:`length` positions are the cache.
+
+    :meth:`update` writes new positions in place and returns the whole buffers: the caller
+    attends over ``capacity`` keys and masks those at or after :attr:`length` (stale values of
+    cropped positions or zeros: finite, so a masked key's zero weight keeps them out exactly).
+    The buffers are contiguous whenever they are returned (a strided view of a larger buffer
+    took oneDNN's slow path: 0.43 ms against 0.07 ms for the same product)."""
+
+    def __init__(self) -> None:
+        self.k_buf: torch.Tensor | None = None
+        self.v_buf: torch.Tensor | None = None
+        self.length = 0
+
+    @property
+    def keys(self) -> torch.Tensor:
+        assert self.k_buf is not None
+        return self.k_buf[:, :, : self.length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        assert self.v_buf is not None
+        return self.v_buf[:, :, : self.length]
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        end = self.length + k.shape[-2]
+        if (
+            self.k_buf is None
+            or self.v_buf is None
+            or self.k_buf.shape[-2] != bucket_length(end)
+            or self.k_buf.shape[0] != k.shape[0]
+            or not self.k_buf.is_contiguous()  # a broadcast view after expand_rows
+        ):
+            self._rebuffer(k, v, bucket_length(end))
+        assert self.k_buf is not None and self.v_buf is not None
+        self.k_buf[:, :, self.length : end] = k
+        self.v_buf[:, :, self.length : end] = v
+        self.length = end
+        return self.k_buf, self.v_buf
+
+    def _rebuffer(self, k: torch.Tensor, v: torch.Tensor, capacity: int) -> None:
+        rows, heads, _, dim = k.shape
+        new_k = k.new_zeros(rows, heads, capacity, dim)
+        new_v = v.new_zeros(rows, v.shape[1], capacity, v.shape[-1])
+        if self.length:
+            new_k[:, :, : self.length] = self.keys
+            new_v[:, :, : self.length] = self.values
+        self.k_buf, self.v_buf = new_k, new_v
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` positions (transformers' convention: negative)."""
+        if tokens_to_remove > 0:
+            raise ValueError(f"crop takes minus the positions to remove, got {tokens_to_remove}")
+        self.length = max(0, self.length + tokens_to_remove)
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        if self.k_buf is not None and self.v_buf is not None:
+            self.k_buf = self.k_buf.index_select(0, rows)
+            self.v_buf = self.v_buf.index_select(0, rows)
+
+    def expand_rows(self, n: int) -> None:
+        """``n`` identical rows as a broadcast view: the next update writes them out once."""
+        if self.k_buf is not None and self.v_buf is not None:
+            self.k_buf = self.k_buf.expand(n, -1, -1, -1)
+            self.v_buf = self.v_buf.expand(n, -1, -1, -1)
+
+
+class BucketedKV:
+    """The head's cache: :class:`BucketedLayer` s behind the part of transformers' ``Cache``
+    interface that :meth:`mtad.engine.feature_head.FeatureHead.step` and :class:`HeadRunner`
+    use (``update`` returns the bucket's buffers; ``get_seq_length`` is the cached length)."""
+
+    def __init__(self, layers: int = 1) -> None:
+        self.layers = [BucketedLayer() for _ in range(layers)]
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, layer_idx: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.layers[layer_idx].update(k, v)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.layers[layer_idx].get_seq_length()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        for layer in self.layers:
+            layer.crop(tokens_to_remove)
+
+    def reorder_cache(self, rows: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(rows)
+
+    def expand_rows(self, n: int) -> None:
+        for layer in self.layers:
+            layer.expand_rows(n)
 
 
 class _Call(torch.nn.Module):
@@ -66,7 +179,7 @@ class HeadRunner:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache()
+        self.cache = BucketedKV()
         self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
         self.true_len = 0  # leading cache positions computed from the target's true features
         self.last: torch.Tensor | None = None  # [rows, d]: output at each row's last position
@@ -194,12 +307,8 @@ class HeadRunner:
         if self.rows != 1:
             raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
         # views, not copies: the rows are equal until the next position, whose cache update
-        # (a concatenation) and input writes them out anyway; nothing writes into these
-        # tensors in place (DynamicLayer crops by slicing and reorders by index_select)
-        for layer in self.cache.layers:
-            if layer.get_seq_length() > 0:
-                layer.keys = layer.keys.expand(n, *layer.keys.shape[1:])
-                layer.values = layer.values.expand(n, *layer.values.shape[1:])
+        # writes them out once (BucketedLayer.update rebuffers a broadcast view before writing)
+        self.cache.expand_rows(n)
         self.cached_ids = self.cached_ids.expand(n, -1)
         if self.last is not None:
             self.last = self.last.expand(n, -1)
