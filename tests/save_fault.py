@@ -3,13 +3,15 @@ harness): the training writers' crash tests run the real training in a subproces
 
     python tests/save_fault.py NAME:N:KIND SCRIPT [ARGS...]
 
-The ``N``-th save of a file called ``NAME`` through :mod:`mtad.runs.atomic` writes its content,
-cuts the temporary file to half its bytes, and then, for ``KIND``:
+The ``N``-th save of a file called ``NAME`` through :mod:`mtad.runs.atomic`, for ``KIND``:
 
-- ``kill``: the process SIGKILLs itself (a kill in the middle of the save: the new bytes are
-  on disk under the temporary name, not renamed);
-- ``enospc``: the write fails with ``ENOSPC`` (a full disk), which the script sees as an
-  ``OSError`` from its save.
+- ``kill``: writes its content, cuts the temporary file to half its bytes and SIGKILLs the
+  process (a kill in the middle of the save: the new bytes are on disk under the temporary
+  name, not renamed);
+- ``enospc``: the same cut, then the write fails with ``ENOSPC`` (a full disk), which the
+  script sees as an ``OSError`` from its save;
+- ``stop``: completes the save, then the process SIGSTOPs itself, for the test to kill it from
+  outside at a known step (polling for a step raced a fast run to its end).
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ def install(name: str, nth: int, kind: str) -> None:
 
     @contextmanager
     def writing(path: Path) -> Iterator[BinaryIO]:
+        hit = False
         with real(path) as f:
             yield f
             if Path(path).name == name:
                 seen[0] += 1
-                if seen[0] == nth:
+                hit = seen[0] == nth
+                if hit and kind != "stop":
                     f.flush()
                     f.truncate(f.tell() // 2)
                     if kind == "kill":
                         os.kill(os.getpid(), signal.SIGKILL)
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if hit:  # "stop": the save is whole and in place
+            os.kill(os.getpid(), signal.SIGSTOP)
 
     atomic.writing = writing  # before the script imports anything that binds the name
 
@@ -50,7 +56,7 @@ def install(name: str, nth: int, kind: str) -> None:
 if __name__ == "__main__":
     spec, script, *args = sys.argv[1:]
     name, nth, kind = spec.split(":")
-    assert kind in ("kill", "enospc"), kind
+    assert kind in ("kill", "enospc", "stop"), kind
     install(name, int(nth), kind)
     sys.argv = [script, *args]
     runpy.run_path(script, run_name="__main__")

@@ -144,6 +144,15 @@ def _ckpt_step(folder: Path) -> int:
         return -1
 
 
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state ``T`` in /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> Path:
     """The uninterrupted distillation, run once for this module's resume tests (its folder)."""
@@ -187,13 +196,18 @@ def test_a_distillation_cut_mid_checkpoint_resumes_to_the_same_end(tmp_path, str
 
 
 def test_killed_distillation_resumes_to_the_same_end(tmp_path, straight):
+    """SIGKILL from outside after the checkpoint of step STEPS // 2 (the run stops itself
+    there, tests/save_fault.py, so a fast run cannot reach its end first), then a resume."""
     shutil.copy(straight.parent / "pool.jsonl.gz", tmp_path / "pool.jsonl.gz")
-
+    fault = [sys.executable, str(REPO / "tests" / "save_fault.py"), f"state.pt:{STEPS // 2}:stop"]
     proc = subprocess.Popen(
-        _cmd(tmp_path, "b"), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [*fault, *_cmd(tmp_path, "b")[1:]],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 300
-    while _ckpt_step(tmp_path / "b" / "ckpt") < STEPS // 2 and time.time() < deadline:
+    while not _stopped(proc.pid) and time.time() < deadline:
         assert proc.poll() is None, "the run ended before it could be killed"
         time.sleep(0.05)
     proc.kill()
