@@ -243,3 +243,22 @@ def test_the_lean_allocator_file_is_what_continue_sh_exports() -> None:
     out = subprocess.run(["bash", "-c", shell], cwd=REPO, capture_output=True, text=True)
     exported = out.stdout.splitlines()
     assert all(f"{k}={v}" in exported for k, v in env.items())
+
+
+def test_head_calls_bench_times_both_caches_on_the_shipped_head(capsys) -> None:
+    """Feeds, forwards and the attention inside each, for the engine's bucketed cache and
+    transformers' DynamicCache on the same prompt; the two give the same tokens."""
+    from bench import head_calls
+
+    rows, same = head_calls.main(
+        ["--draft", "assets/drafts/smollm2-head", "--prompts", "1", "--max-new", "12"]
+    )
+    assert [r[0] for r in rows] == [
+        "feed",
+        "attention in feed",
+        "forward",
+        "attention in forward",
+        "all calls per iteration",
+    ]
+    assert all(r[1] > 0 for r in rows)
+    assert same == 1 and "same tokens: 1 of 1 prompts" in capsys.readouterr().out

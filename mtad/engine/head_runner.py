@@ -79,9 +79,10 @@ class BucketedLayer:
             or self.v_buf is None
             or self.k_buf.shape[-2] != bucket_length(end)
             or self.k_buf.shape[0] != k.shape[0]
-            or not self.k_buf.is_contiguous()  # a broadcast view after expand_rows
         ):
             self._rebuffer(k, v, bucket_length(end))
+        elif not self.k_buf.is_contiguous():  # a broadcast view after expand_rows: write it out
+            self.k_buf, self.v_buf = self.k_buf.contiguous(), self.v_buf.contiguous()
         assert self.k_buf is not None and self.v_buf is not None
         self.k_buf[:, :, self.length : end] = k
         self.v_buf[:, :, self.length : end] = v
@@ -156,6 +157,9 @@ class HeadRunner:
     """A :class:`FeatureHead` and its cache, reading features from ``target``'s store (a
     :class:`~mtad.engine.draft_runner.DraftRunner`)."""
 
+    # the cache each reset starts (bench.head_calls swaps transformers' DynamicCache in on an
+    # instance to time the code before the buckets side by side)
+    cache_class: type = BucketedKV
     # the logits come from the head's own projection (the target's frozen lm_head, restricted
     # to its sub-vocabulary when it has one): recorded as such in metrics.json's ``lm_head``
     lm_head = "feature"
@@ -179,7 +183,7 @@ class HeadRunner:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = BucketedKV()
+        self.cache = self.cache_class()
         self.cached_ids = torch.empty((1, 0), dtype=torch.long, device=self.device)
         self.true_len = 0  # leading cache positions computed from the target's true features
         self.last: torch.Tensor | None = None  # [rows, d]: output at each row's last position
