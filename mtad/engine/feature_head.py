@@ -23,7 +23,8 @@ learned ``fuse`` projection, an input norm, a final norm), and the published EAG
 norm, no final norm, ``fc`` with a bias), so ``yuhuili/EAGLE-llama2-chat-7B`` & co. load through
 the same code. The decoder layer is transformers' ``LlamaDecoderLayer`` (its parameters, its
 rotary embedding); attention is computed here, so that training can attend across draft depths
-(:func:`mtad_train.unroll.unrolled`) and inference can keep a transformers ``DynamicCache``.
+(:func:`mtad_train.unroll.unrolled`) and inference can keep its own cache (``HeadRunner``'s
+:class:`~mtad.engine.head_runner.BucketedKV`, or a transformers ``DynamicCache``).
 """
 
 from __future__ import annotations
