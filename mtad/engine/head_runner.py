@@ -311,7 +311,7 @@ class HeadRunner:
         if self.rows != 1:
             raise RuntimeError(f"{self.role}: repeat_rows needs a one-row cache, not {self.rows}")
         # views, not copies: the rows are equal until the next position, whose cache update
-        # writes them out once (BucketedLayer.update rebuffers a broadcast view before writing)
+        # writes them out once (BucketedLayer.update makes a broadcast view contiguous first)
         self.cache.expand_rows(n)
         self.cached_ids = self.cached_ids.expand(n, -1)
         if self.last is not None:
