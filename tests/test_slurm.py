@@ -178,13 +178,15 @@ def test_slurm_preempted_job_is_requeued_and_completes_in_the_same_sweep(
     for sig in ("TERM", "USR2"):  # what SLURM sends a pre-empted job
         subprocess.run(["scancel", f"--signal={sig}", job], check=True)
     # SLURM holds a requeued batch job for two minutes before it is eligible again; as an
-    # administrator would, make it eligible now.
+    # administrator would, make it eligible sooner, but not at once: slurmd revokes the first
+    # run's credential with a one-second clock, and a run launched in that same second is
+    # killed as "Job credential revoked" (the job then ends FAILED with no result; CI saw it).
     for _ in range(200):
         state = subprocess.run(
             ["squeue", "-h", "-j", job, "-o", "%t"], capture_output=True, text=True
         ).stdout.strip()
         if state == "PD":
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True)
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+5"], check=True)
             break
         time.sleep(0.1)
     out, _ = sweep.communicate(timeout=300)
