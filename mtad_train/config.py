@@ -176,6 +176,16 @@ class FinalsCommand:
 
 
 @dataclass
+class FuseCommand:
+    """A head that fuses tapped target layers (EAGLE-3), warm-started from a committed head that
+    reads the final normed state alone: it starts as that head and goes on from its state."""
+
+    head: str = opt("", required=True, help="the committed head folder to start from")
+    out: str = opt("", required=True, help="the new head folder (must not exist)")
+    taps: str = opt("2,15,-1", help="target layers fused, -1 (the final normed state) among them")
+
+
+@dataclass
 class ReportCommand:
     """A head folder's report, held-out table and curve."""
 

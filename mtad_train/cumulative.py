@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -44,7 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from mtad.engine.feature_head import FeatureHead
+from mtad.engine.feature_head import FeatureHead, HeadSpec
+from mtad.engine.features import FINAL_NORM_TAP
 from mtad.runs.atomic import append_line_atomic, write_atomic
 from mtad_train.head_train import (
     HeadTrainConfig,
@@ -414,7 +416,11 @@ def run_session(
     state.sessions.append(session)
     cols = column_map(head.vocab_ids, head.vocab_size)
     teacher = TeacherCache(
-        ckpt / TEACHER_DIR if cfg.teacher_cache else None, target, cfg.topk, cfg.max_len
+        ckpt / TEACHER_DIR if cfg.teacher_cache else None,
+        target,
+        cfg.topk,
+        cfg.max_len,
+        head.spec.taps,
     )
     started = last_ckpt = last_export = time.monotonic()
     steps_here = 0
@@ -702,13 +708,59 @@ def head_for_training(target_fp32: torch.nn.Module, head_dir: Path) -> FeatureHe
     """A float32 head of the committed folder's layout and sub-vocabulary over a float32 copy of
     the target's embeddings and logits rows (decoding on a float32 host uses those), weights
     loaded by :func:`run_session`."""
-    from mtad.engine.feature_head import HeadSpec
     from mtad.engine.subvocab import read_vocab
 
-    spec = HeadSpec(**json.loads((head_dir / "head_config.json").read_text())["head"])
+    spec = head_spec(head_dir)
     ids = read_vocab(head_dir)
     vocab = torch.tensor(sorted(ids)) if ids else None
     embed = copy.deepcopy(target_fp32.get_input_embeddings()).requires_grad_(False)
     weight = target_fp32.get_output_embeddings().weight.detach().clone()
     head = FeatureHead(target_fp32.config, spec, embed, weight, vocab).to(torch.float32)
     return head
+
+
+def head_spec(head_dir: Path) -> HeadSpec:
+    """The layout of the committed head in ``head_dir`` (its taps name the teacher's layers)."""
+    return HeadSpec(**json.loads((head_dir / "head_config.json").read_text())["head"])
+
+
+def fuse_warm_start(src: Path, dst: Path, taps: Sequence[int]) -> None:
+    """A head folder at ``dst`` whose head fuses the target layers ``taps`` (EAGLE-3's fusion of
+    low, middle and high layers; Li et al. 2025), warm-started from the committed head at
+    ``src``, which reads the final normed state alone: its weights, with a ``fuse`` projection
+    that reads the final normed state and ignores the other layers (identity there, zeros
+    elsewhere), so the new head computes exactly what ``src``'s does; its sub-vocabulary, its
+    state (positions, cursor, sessions) and curve, so a cumulative session goes on from there
+    and the curve says whether the other layers add anything."""
+    from safetensors.torch import load_file, save_file
+
+    spec = head_spec(src)
+    taps = [int(t) for t in taps]
+    if spec.taps != [FINAL_NORM_TAP] or spec.fuse:
+        raise ValueError(f"{src}: a head reading the final normed state alone, not {spec.taps}")
+    if FINAL_NORM_TAP not in taps or len(taps) < 2 or len(set(taps)) != len(taps):
+        raise ValueError(f"taps {taps}: distinct layers, -1 (the final normed state) among them")
+    if dst.exists():
+        raise ValueError(f"{dst} exists: the warm start writes a new folder")
+    settle_export(src)
+    weights = load_file(str(src / WEIGHTS_FILE))
+    d = int(weights["fc.weight"].shape[0])
+    fuse = torch.zeros(d, len(taps) * d, dtype=weights["fc.weight"].dtype)
+    j = taps.index(FINAL_NORM_TAP)
+    fuse[:, j * d : (j + 1) * d] = torch.eye(d)
+    dst.mkdir(parents=True)
+    (dst / TRAINING_DIR).mkdir()
+    save_file({**weights, "fuse.weight": fuse}, str(dst / WEIGHTS_FILE))
+    cfg = json.loads((src / "head_config.json").read_text())
+    cfg["head"] = {**cfg["head"], "taps": taps, "fuse": True, "tap_norm": True}
+    cfg["warm_start"] = {"from": str(src), "step": cfg.get("step"), "taps": [FINAL_NORM_TAP]}
+    write_atomic(dst / "head_config.json", json.dumps(cfg, indent=2) + "\n")
+    for name in ("draft_vocab.json",):
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+    state = read_state(src)
+    blob = (dst / WEIGHTS_FILE).read_bytes()
+    state.export = _digest(blob)  # the state names the weights it goes on from
+    write_atomic(dst / TRAINING_DIR / STATE_FILE, json.dumps(state.to_json(), indent=1) + "\n")
+    if (src / TRAINING_DIR / CURVE_FILE).is_file():
+        shutil.copy2(src / TRAINING_DIR / CURVE_FILE, dst / TRAINING_DIR / CURVE_FILE)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from mtad.engine.features import FeatureTap
+from mtad.engine.features import FINAL_NORM_TAP, FeatureTap
 from mtad.runs.atomic import writing
 
 # Decoder-layer outputs the head reads, for SmolLM2-135M's 30 layers: low, middle, and the input
@@ -52,6 +52,24 @@ class Shard:
     topk_ids: np.ndarray  # [N, K] uint16
     topk_logp: np.ndarray  # [N, K] float16
     final: np.ndarray | None = None  # [N, hidden] uint16 (bfloat16 bits): final normed state
+    taps: tuple[int, ...] = DEFAULT_TAPS  # the layers of ``feats``, as the pass's meta.json names
+
+    def tapped(self, start: int, end: int, taps: Sequence[int] | None) -> np.ndarray:
+        """Positions ``start .. end - 1``'s features ``[n, len(taps), hidden]`` (bfloat16 bits)
+        of the layers ``taps`` (tap -1: the final normed state), or all stored taps (None)."""
+        if taps is None:
+            return np.asarray(self.feats[start:end])
+        cols = []
+        for t in taps:
+            if t == FINAL_NORM_TAP:
+                if self.final is None:
+                    raise ValueError(f"{self.folder}: no {FINAL_FILE} (train_head.py finals)")
+                cols.append(np.asarray(self.final[start:end])[:, None])
+            elif t in self.taps:
+                cols.append(np.asarray(self.feats[start:end, self.taps.index(t)])[:, None])
+            else:
+                raise ValueError(f"{self.folder}: tap {t} not stored (taps {list(self.taps)})")
+        return cols[0] if len(cols) == 1 else np.concatenate(cols, axis=1)
 
     @property
     def starts(self) -> np.ndarray:
@@ -62,6 +80,8 @@ def load_shard(folder: Path, mmap: bool = True) -> Shard:
     z = np.load(folder / "index.npz")
     mode = "r" if mmap else None
     final = folder / FINAL_FILE
+    meta = folder.parent / "meta.json"
+    taps = json.loads(meta.read_text())["taps"] if meta.is_file() else DEFAULT_TAPS
     return Shard(
         folder,
         z["lens"],
@@ -72,6 +92,7 @@ def load_shard(folder: Path, mmap: bool = True) -> Shard:
         np.load(folder / "topk_ids.npy", mmap_mode=mode),
         np.load(folder / "topk_logp.npy", mmap_mode=mode),
         np.load(final, mmap_mode=mode) if final.is_file() else None,
+        tuple(int(t) for t in taps),
     )
 
 

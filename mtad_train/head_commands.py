@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from mtad.engine.features import FINAL_NORM_TAP
 from mtad_train.config import (
     CorpusCommand,
     EvalCommand,
     EvalsetCommand,
     FeaturesCommand,
     FinalsCommand,
+    FuseCommand,
     HeadTrainCommand,
     ReportCommand,
 )
@@ -158,16 +160,18 @@ def evalset(cfg: EvalsetCommand) -> None:
 
 
 # --- evaluation and report --------------------------------------------------------------------
-def heldout_shards(target32: torch.nn.Module, eval_data: str, eval_features: str):
-    """The held-out features as shards: a cache, completed from the committed ids when a shard
-    is missing (a float32 teacher pass that skips the complete shards), so a fresh clone
-    evaluates what a machine with the cache does."""
+def heldout_shards(
+    target32: torch.nn.Module, eval_data: str, eval_features: str, taps: Sequence[int]
+):
+    """The held-out features of the layers ``taps`` (a head's) as shards: a cache, completed
+    from the committed ids when a shard is missing (a float32 teacher pass that skips the
+    complete shards), so a fresh clone evaluates what a machine with the cache does."""
     from mtad_train.features import teacher_pass
     from mtad_train.head_train import ShardData
 
     ids = read_ids(eval_data)
     teacher_pass(target32, ids.lists(), ids.plens, Path(eval_features), progress=False)
-    return ShardData(feature_folders([eval_features]), need_final=True)
+    return ShardData(feature_folders([eval_features]), taps=taps)
 
 
 def heldout(cfg: EvalCommand) -> None:
@@ -180,7 +184,7 @@ def heldout(cfg: EvalCommand) -> None:
     torch.set_num_threads(cfg.threads)
     target, _ = load_smollm2_target("float32")
     head = load_head(cfg.head, target, read_vocab(cfg.head)).float()
-    data = heldout_shards(target, cfg.eval_data, cfg.eval_features)
+    data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
     kinds = read_kinds(cfg.eval_data)
     res = depth_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
     for kind, row in res.items():
@@ -230,7 +234,7 @@ def _report_acceptance(cfg: ReportCommand, folder: Path) -> dict[str, Any]:
     autocast = use_autocast(cfg.autocast)
     target, _ = load_smollm2_target("float32")
     head = load_head(folder, target, read_vocab(folder)).float()
-    data = heldout_shards(target, cfg.eval_data, cfg.eval_features)
+    data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
     kinds = read_kinds(cfg.eval_data)
     res = {"head": depth_acceptance(head, data, kinds, cfg.depths, autocast=autocast)}
     if cfg.compare_draft:
@@ -314,11 +318,11 @@ def train(cfg: HeadTrainCommand) -> None:
         autocast=use_autocast(cfg.autocast),
         source_repeats={k: int(v) for k, v in repeats.items()},
     )
-    final = cfg.reads_final
     folders = feature_folders(cfg.features)
-    if final:  # shards still waiting for their final states (finals --watch) join a later run
+    if FINAL_NORM_TAP in cfg.tap_list:  # shards waiting for their final states (finals
+        # --watch) join a later run
         folders = [f for f in folders if (f / "final.npy").is_file()]
-    data = ShardData(folders, tcfg.source_repeats, need_final=final)
+    data = ShardData(folders, tcfg.source_repeats, taps=cfg.tap_list)
     log = file_log(out / "train.log")
     log(
         f"training on {sum(len(s.lens) for s in data.shards)} sequences, "
@@ -379,7 +383,7 @@ def _train_callbacks(cfg: HeadTrainCommand, head, out: Path, autocast: bool, log
     from mtad_train.head_train import ShardData
 
     eval_data = (
-        ShardData(feature_folders([cfg.eval_features]), need_final=cfg.reads_final)
+        ShardData(feature_folders([cfg.eval_features]), taps=cfg.tap_list)
         if cfg.eval_features
         else None
     )
@@ -451,7 +455,7 @@ def cumulative(cfg: CumulativeConfig) -> None:
         # the held-out features are a cache: completed from the committed ids when a shard is
         # missing (a float32 teacher pass, skipping the complete shards) at the first export
         if not eval_data:
-            eval_data.append(heldout_shards(target32, cfg.eval_data, str(eval_dir)))
+            eval_data.append(heldout_shards(target32, cfg.eval_data, str(eval_dir), head.spec.taps))
         return depth_acceptance(h, eval_data[0], kinds, cfg.eval_depths, autocast=autocast)
 
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
@@ -468,17 +472,26 @@ def teacher_ahead(cfg: TeacherAheadConfig) -> None:
     beside ``cumulative``, on another core): the training then finds most of its teacher
     signal computed (:func:`mtad_train.cumulative.fill_ahead`)."""
     from mtad.cpu import choose_dtype
-    from mtad_train.cumulative import TEACHER_DIR, Source, fill_ahead, stop_on_term
+    from mtad_train.cumulative import TEACHER_DIR, Source, fill_ahead, head_spec, stop_on_term
     from mtad_train.teacher import TeacherCache
 
     torch.set_num_threads(cfg.threads)
     dtype, why = choose_dtype(cfg.teacher_dtype, "cpu")
     target = teacher_target(dtype)
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
-    teacher = TeacherCache(Path(cfg.ckpt_dir) / TEACHER_DIR, target, cfg.topk, cfg.max_len)
+    taps = head_spec(Path(cfg.head)).taps  # the layers the head reads
+    teacher = TeacherCache(Path(cfg.ckpt_dir) / TEACHER_DIR, target, cfg.topk, cfg.max_len, taps)
     log = file_log(Path(cfg.ckpt_dir) / "teacher.log")
     log(f"teacher ahead: {dtype} ({why}); cache {teacher.root}")
     fill_ahead(cfg, teacher, sources, cfg.ahead_steps, stop_on_term(log), log)
+
+
+def fuse(cfg: FuseCommand) -> None:
+    """A fused-layers head warm-started from a committed one (:func:`fuse_warm_start`)."""
+    from mtad_train.cumulative import fuse_warm_start
+
+    fuse_warm_start(Path(cfg.head), Path(cfg.out), [int(t) for t in cfg.taps.split(",")])
+    print(f"{cfg.out}: taps {cfg.taps}, warm-started from {cfg.head}")
 
 
 # name -> (configuration, run, help)
@@ -491,6 +504,7 @@ COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "evalset": (EvalsetCommand, evalset, "held-out responses of the evaluation kinds"),
     "respond": (RespondCommand, respond, "the target's responses to the prompt pool, as shards"),
     "train": (HeadTrainCommand, train, "train the head on stored features (resumable)"),
+    "fuse": (FuseCommand, fuse, "a head fusing target layers, warm-started from a committed one"),
     "cumulative": (
         CumulativeConfig,
         cumulative,

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from mtad.engine.feature_head import FeatureHead
+from mtad.engine.features import FINAL_NORM_TAP
 from mtad.runs.atomic import write_atomic, writing
 from mtad_train import objectives as O
 from mtad_train.batches import micro_batches
@@ -62,7 +63,7 @@ class HeadTrainConfig:
     kl_weight: float = 1.0
     # smooth-L1 regression of the head's output on the target's final normed state at the same
     # position (EAGLE-1/2, HASS), in units of that state's RMS; only for heads that read it (tap
-    # -1: batches of the final state), ignored for heads over tapped layers
+    # -1 among their taps), ignored for heads over other layers only
     reg_weight: float = opt(1.0, help="heads reading tap -1")
     feature_rms: float = 1.0
     deep_fraction: float = opt(1.0, help="share of positions scored at depths >= 2")
@@ -94,10 +95,12 @@ class ShardData:
         self,
         folders: Sequence[Path],
         repeats: dict[str, int] | None = None,
-        need_final: bool = False,
+        taps: Sequence[int] | None = None,
     ) -> None:
         self.shards: list[Shard] = [load_shard(Path(f)) for f in folders]
-        self.need_final = need_final  # the final normed state instead of the tapped layers
+        # the layers a head reads, in its order (tap -1: the final normed state); None: the
+        # shards' stored taps as they are
+        self.taps = None if taps is None else [int(t) for t in taps]
         self.starts = [s.starts for s in self.shards]
         self.repeats = [int((repeats or {}).get(str(Path(f).parent), 1)) for f in folders]
 
@@ -112,12 +115,9 @@ class ShardData:
         sh = self.shards[ref.shard]
         s = int(self.starts[ref.shard][ref.index])
         e = s + ref.length
-        if self.need_final and sh.final is None:
-            raise ValueError(f"{sh.folder}: no final.npy (scripts/train_head.py finals)")
         return {
             "tokens": sh.tokens[s:e].astype(np.int64),
-            "feats": np.asarray(sh.feats[s:e]) if not self.need_final else None,
-            "final": np.asarray(sh.final[s:e]) if self.need_final else None,
+            "feats": sh.tapped(s, e, self.taps),  # [n, taps, d] bfloat16 bits
             "ids": np.asarray(sh.topk_ids[s:e]).astype(np.int64),
             "logp": np.asarray(sh.topk_logp[s:e]).astype(np.float32),
             "plen": int(sh.plens[ref.index]),
@@ -165,8 +165,7 @@ def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[s
     seqs = [data.sequence(r) for r in refs]
     b, L = len(seqs), bucketed(max(len(s["tokens"]) for s in seqs))
     k = seqs[0]["ids"].shape[1]
-    key = "final" if seqs[0]["final"] is not None else "feats"
-    shape = seqs[0][key].shape[1:] if key == "feats" else (1, seqs[0][key].shape[-1])
+    shape = seqs[0]["feats"].shape[1:]
     tokens = torch.zeros(b, L, dtype=torch.long)
     feats = torch.zeros(b, L, *shape, dtype=torch.bfloat16)
     ids = torch.zeros(b, L, k, dtype=torch.long)
@@ -175,14 +174,14 @@ def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[s
     for r, s in enumerate(seqs):
         n = len(s["tokens"])
         tokens[r, :n] = torch.from_numpy(s["tokens"])
-        feats[r, :n] = from_bf16_bits(s[key]).view(n, *shape)
+        feats[r, :n] = from_bf16_bits(s["feats"]).view(n, *shape)
         ids[r, :n] = torch.from_numpy(s["ids"])
         logp[r, :n] = torch.from_numpy(s["logp"])
         p = s["plen"]
         w[r, : max(p - 1, 0)] = prompt_weight
         w[r, max(p - 1, 0) : n - 1] = 1.0
-    # feats: [b, L, taps, d], the tapped layers or (one "tap") the final normed state
-    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w, "final": key}
+    # feats: [b, L, taps, d], the layers the data was asked for (ShardData.taps)
+    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w}
 
 
 def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
@@ -373,6 +372,12 @@ def step_loss(
     step's cost, and deeper depths then cost a fraction of depth 1."""
     w_all = batch["w"]
     L = w_all.shape[1]
+    taps = head.spec.taps
+    if batch["feats"].shape[2] != len(taps):
+        raise ValueError(f"a batch of {batch['feats'].shape[2]} taps for a head reading {taps}")
+    # regressed: heads reading the final normed state (EAGLE-1/2, HASS; fused with other layers,
+    # EAGLE-3 style, warm-started from one that read it alone), not heads over other layers only
+    reg_tap = taps.index(FINAL_NORM_TAP) if FINAL_NORM_TAP in taps else None
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
         g = head.fused(batch["feats"])
         outs = unrolled(head, batch["tokens"], g, cfg.depths)
@@ -396,10 +401,10 @@ def step_loss(
         loss, kl, ov = head_loss(
             logits, batch["ids"][sel], batch["logp"][sel], cols, cfg.overlap_weight, cfg.kl_weight
         )
-        if cfg.reg_weight and batch["final"] == "final":
+        if cfg.reg_weight and reg_tap is not None:
             # the feature the head reads at the next position is its own output: regress it
-            # onto the target's (the final normed state, "feats" of a tap -1 head)
-            target = batch["feats"][:, :, 0][sel].float() / cfg.feature_rms
+            # onto the target's final normed state (the tap -1 of the head's taps)
+            target = batch["feats"][:, :, reg_tap][sel].float() / cfg.feature_rms
             reg = F.smooth_l1_loss(a[sel].float() / cfg.feature_rms, target, reduction="none")
             loss = loss + cfg.reg_weight * reg.mean(-1)
         ws = w[sel]
