@@ -4,8 +4,6 @@ checked against the runs' metrics.json, hardware separation, and a re-render tha
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import math
 import os
@@ -14,11 +12,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pandas as pd
 import pytest
 import yaml
+from reproduce_here import reproduce_here, script
 
 from mtad.paper.expansion import expand, merge_overrides
 from mtad.paper.recipes import RecipeError, load_profile, load_recipe, load_recipes, recipe_names
@@ -113,14 +111,19 @@ def test_cached_composition_equals_hydra_composition() -> None:
     """The planner composes each group-choice set once and applies value overrides itself;
     the result must be what Hydra composes from the full override list."""
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from mtad.paper.status import CONF, hydra_composer
+    from mtad.paper.status import CONF, SharedLoads, hydra_composer
 
     runs = expand(load_recipe("ablation_tau"), load_profile("cpu"), user_overrides=["task.limit=3"])
     runs += expand(load_recipe("main"), load_profile("paper"), pairs=["opt_13b"])[:6]
     with hydra_composer() as cached:
+        # every composition after the first reads the config files the first one read
+        loader = GlobalHydra.instance().config_loader()
+        assert isinstance(loader.repository, SharedLoads)  # type: ignore[attr-defined]
         mine = [OmegaConf.to_container(cached(r.overrides), resolve=True) for r in runs]
+        assert loader.repository.loads  # type: ignore[attr-defined]
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         direct = [
             OmegaConf.to_container(compose("config", overrides=list(r.overrides)), resolve=True)
@@ -157,25 +160,6 @@ def _reproduce(
     t0 = time.perf_counter()
     out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     return out, time.perf_counter() - t0
-
-
-@functools.cache
-def _script() -> ModuleType:
-    """``scripts/reproduce.py`` as a module: what needs no W&B and is not about the process
-    (planning, re-rendering records) runs in the test's process, without a new interpreter's
-    imports."""
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "scripts" / "reproduce.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _reproduce_here(capsys: pytest.CaptureFixture, root: Path, *args: str) -> tuple[int, str]:
-    """``reproduce.py ARGS --root ROOT --wandb-dir ROOT`` in this process: exit code, stdout."""
-    capsys.readouterr()
-    code = _script().main([*args, "--root", str(root), "--wandb-dir", str(root)])
-    return code, capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +299,7 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
 
     import mtad.engine.loading
 
-    reproduce = _script()
+    reproduce = script()
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded / a run launched during a re-render")
@@ -343,56 +327,6 @@ def test_rerender_loads_no_model_and_other_hardware_shares_no_ratio(
         ar1["ms_per_token"] / _main_run(study, "mtad", 1)["ms_per_token"], rel=1e-9
     )
     assert not math.isnan(row["mean"].item())
-
-
-def test_paper_dry_run_lists_every_run_and_composes_with_a_cluster_launcher(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    """Every run of the paper profile composed and validated (~1,300, the suite's longest
-    planning): in this process, as the script's main() does it, since the check is the plan
-    and what it prints, not a process boundary; the preset below goes through run.py."""
-    code, stdout = _reproduce_here(
-        capsys,
-        tmp_path,
-        "all",
-        "--profile",
-        "paper",
-        "--dry-run",
-        "hydra/launcher=submitit_slurm",
-        f"hydra.sweep.dir={tmp_path}/multirun",
-    )
-    assert code == 0, stdout[-2000:]
-    for recipe in recipe_names():
-        assert f"  {recipe} " in stdout
-    assert "hydra/launcher=submitit_slurm" in stdout
-    # pairs x 3 seeds x (methods x tasks) main runs, each listed with its state
-    grid = yaml.safe_load((REPO / "experiments" / "main.yaml").read_text())["runs"][0]
-    n_main = len(load_profile("paper").pairs) * 3 * len(grid["method"]) * len(grid["task"])
-    assert re.search(rf"^  main\s+{n_main} runs", stdout, re.M), stdout[:2000]
-    listed = stdout.count("      missing  ") + stdout.count("      not_run  ")
-    assert listed >= n_main
-    # The preset itself launches through the recipe sweeper and takes the launcher override
-    # (one recipe of two compositions: the plan above composed and validated every run of
-    # every recipe).
-    preset = subprocess.run(
-        [
-            sys.executable,
-            "run.py",
-            "+experiment=opt13b",
-            "hydra.sweeper.dry_run=true",
-            "hydra.sweeper.recipes=[ablation_beam]",
-            "hydra/launcher=submitit_slurm",
-            f"hydra.sweep.dir={tmp_path}/ms",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "WANDB_MODE": "offline"},
-    )
-    assert preset.returncode == 0, preset.stderr[-2000:]
-    assert "(pairs: opt_13b)" in preset.stdout and "  ablation_beam " in preset.stdout
-    assert "  main " not in preset.stdout  # the recipe asked for, only
 
 
 def test_a_preset_with_a_grid_says_what_to_do(tmp_path: Path) -> None:
@@ -654,7 +588,7 @@ def test_an_export_rerenders_from_its_records_with_no_run_folder(
     hidden = study.with_name(study.name + ".hidden")
     study.rename(hidden)  # no run folder where the study was
     try:
-        code, stdout = _reproduce_here(
+        code, stdout = reproduce_here(
             capsys, tmp_path / "again", "--records", str(dest / "records"), "--no-wandb"
         )
     finally:
@@ -674,7 +608,7 @@ def test_the_committed_reference_rerenders_to_its_tables(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     reference = REPO / "results" / "reference" / "cpu"
-    code, stdout = _reproduce_here(
+    code, stdout = reproduce_here(
         capsys, tmp_path, "--records", str(reference / "records"), "--no-wandb"
     )
     assert code == 0, stdout[-2000:]

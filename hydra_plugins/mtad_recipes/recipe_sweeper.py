@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +94,13 @@ class RecipeSweeper(Sweeper):
         assert self.config is not None and self.launcher is not None
         self._check_host_device()  # before the planner's imports (the engine, transformers)
         from mtad.paper.plan import describe, make_plan
-        from mtad.paper.status import CachedComposer
+        from mtad.paper.status import CachedComposer, shared_loads
 
+        assert self.hydra_context is not None
         compose = CachedComposer(self._compose)
-        plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
+        # each config file read once for all the plan's compositions
+        with shared_loads(self.hydra_context.config_loader):
+            plan = make_plan(self.recipes, self.profile, compose, self.pairs, arguments)
         print(describe(plan, verbose=self.dry_run), flush=True)
         not_run = sorted({s.reason for s in plan.status.values() if s.state == "not_run"})
         for reason in not_run:
@@ -109,7 +113,22 @@ class RecipeSweeper(Sweeper):
         jobs = [list(s.planned.overrides) for s in plan.jobs]
         size = self.max_batch_size or max(len(jobs), 1)
         returns = []
-        for start in range(0, len(jobs), size):
-            batch = jobs[start : start + size]
-            returns.append(self.launcher.launch(batch, initial_job_idx=start))
+        with self._sharing_loads_in_process():
+            for start in range(0, len(jobs), size):
+                batch = jobs[start : start + size]
+                returns.append(self.launcher.launch(batch, initial_job_idx=start))
         return returns
+
+    def _sharing_loads_in_process(self) -> AbstractContextManager[None]:
+        """Hydra's basic launcher composes each job in this process with this loader: its
+        compositions read the config files once too (``shared_loads``). Other launchers
+        (joblib, submitit) send themselves, loader included, to other processes: they compose
+        with Hydra's loader as it is."""
+        from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+        from mtad.paper.status import shared_loads
+
+        assert self.hydra_context is not None
+        if isinstance(self.launcher, BasicLauncher):
+            return shared_loads(self.hydra_context.config_loader)
+        return nullcontext()

@@ -51,6 +51,7 @@ def prepare(
     *,
     host_checks: bool = True,
     task_cache: dict[str, Task | ConfigError] | None = None,
+    writable: set[Path] | None = None,
 ) -> Prepared:
     """Validate ``cfg``, build the method and the task (its data, no model). Raises
     :class:`ConfigError`.
@@ -59,7 +60,9 @@ def prepare(
     planning SLURM jobs, ``mtad.paper``): the device and the model weights are checked where
     the run executes, not here. ``task_cache`` lets a planner that prepares hundreds of runs
     build each distinct task (its data) once, failures included: a data set that is not there
-    may cost a network time-out to find out."""
+    may cost a network time-out to find out. ``writable`` likewise holds the output folders
+    found writable, each checked once (a probe directory made and removed: milliseconds each
+    on some file systems, for every run of a plan that writes to one or two folders)."""
     spec = validate(cfg)
     rc = spec.cfg
     if host_checks:
@@ -82,9 +85,9 @@ def prepare(
     config["hardware"] = identity.hardware
     folder = result_dir(rc.results.root, rc.results.study, identity.signature)
     # Last, because they create folders: the checks above leave nothing behind.
-    preflight.check_writable("results.root", Path(rc.results.root) / rc.results.study)
+    _check_writable("results.root", Path(rc.results.root) / rc.results.study, writable)
     if rc.logger.name == "wandb" and rc.logger.mode != "disabled":
-        preflight.check_writable("logger.dir", Path(rc.logger.dir))
+        _check_writable("logger.dir", Path(rc.logger.dir), writable)
     return Prepared(spec, config, task, method, identity, hardware, folder)
 
 
@@ -138,6 +141,16 @@ def _check_models(spec: RunSpec, task: Task, method: DecodingMethod) -> None:
     device = spec.cfg.runtime.device
     preflight.check_placement(device, models)
     preflight.check_context(spec.task_name, task.max_new_tokens, method.max_step_tokens, models)
+
+
+def _check_writable(key: str, folder: Path, writable: set[Path] | None) -> None:
+    """:func:`preflight.check_writable`, skipped for a folder in ``writable`` (found writable
+    before), which a passed check adds to."""
+    if writable is not None and folder in writable:
+        return
+    preflight.check_writable(key, folder)
+    if writable is not None:
+        writable.add(folder)
 
 
 def _cached_task(spec: RunSpec, cache: dict[str, Task | ConfigError]) -> Task:

@@ -27,6 +27,7 @@ from mtad.runs.comparison import (
     BY_COLUMN,
     CHANGE_COLUMNS,
     FACTOR_COLUMNS,
+    BaselineRuns,
     comparison_interval,
     paired_runs,
 )
@@ -106,12 +107,14 @@ class Claim:
 
 
 def method_interval(
-    runs: pd.DataFrame, column: str, baselines: pd.DataFrame | None = None
+    runs: pd.DataFrame, column: str, baselines: pd.DataFrame | BaselineRuns | None = None
 ) -> Interval:
     """The interval of comparison ``column`` over the done runs of ``runs`` (one method on one
-    pair and task), each paired with its baseline run in ``baselines`` (default ``runs``)."""
+    pair and task), each paired with its baseline run in ``baselines`` (default ``runs``; a
+    :class:`~mtad.runs.comparison.BaselineRuns` of them when many groups share them)."""
     done = runs[runs["state"] == "done"] if "state" in runs.columns else runs
-    base = runs if baselines is None or baselines.empty else baselines
+    frame = baselines.frame if isinstance(baselines, BaselineRuns) else baselines
+    base = runs if frame is None or frame.empty else baselines
     return comparison_interval(paired_runs(done, BY_COLUMN[column], base))
 
 

@@ -136,23 +136,50 @@ def baseline_runs(baselines: pd.DataFrame, comparison: Comparison) -> dict[str, 
     return out
 
 
+class BaselineRuns:
+    """:func:`baseline_runs` of one frame, found once per baseline method: a table pairs the
+    runs of each of its cells with the same baselines, and each look-up converts the frame's
+    rows (``DataFrame.to_dict`` of a frame of a hundred columns: milliseconds, asked for
+    hundreds of times by a paper rendering). The frame must not change while this is used."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self._by_baseline: dict[str, dict[str, list[dict[str, Any]]]] = {}
+
+    def __call__(self, comparison: Comparison) -> dict[str, list[dict[str, Any]]]:
+        # baseline_runs depends on the comparison only through its baseline label
+        if comparison.baseline not in self._by_baseline:
+            self._by_baseline[comparison.baseline] = baseline_runs(self.frame, comparison)
+        return self._by_baseline[comparison.baseline]
+
+
 def paired_runs(
-    runs: pd.DataFrame, comparison: Comparison, baselines: pd.DataFrame | None = None
+    runs: pd.DataFrame,
+    comparison: Comparison,
+    baselines: pd.DataFrame | BaselineRuns | None = None,
 ) -> Iterator[PairedRuns]:
     """Each row of ``runs`` with each baseline run of ``baselines`` (default: ``runs``) that
     shares its comparison key; rows without a baseline yield nothing."""
-    by_key = baseline_runs(runs if baselines is None else baselines, comparison)
+    if isinstance(baselines, BaselineRuns):
+        by_key = baselines(comparison)
+    else:
+        by_key = baseline_runs(runs if baselines is None else baselines, comparison)
     for key, row in zip(_key_column(runs), runs.to_dict("records"), strict=True):
         for base in by_key.get(str(key), []) if key is not None else []:
             yield PairedRuns(comparison, row, base)
 
 
 def compare_runs(
-    runs: pd.DataFrame, comparison: Comparison, baselines: pd.DataFrame | None = None
+    runs: pd.DataFrame,
+    comparison: Comparison,
+    baselines: pd.DataFrame | BaselineRuns | None = None,
 ) -> list[float]:
     """``comparison`` for every row of ``runs`` (NaN without a baseline or a value): the
     baseline's metric averaged over its runs under the key, then :meth:`Comparison.of`."""
-    by_key = baseline_runs(runs if baselines is None else baselines, comparison)
+    if isinstance(baselines, BaselineRuns):
+        by_key = baselines(comparison)
+    else:
+        by_key = baseline_runs(runs if baselines is None else baselines, comparison)
     values = []
     for key, row in zip(_key_column(runs), runs.to_dict("records"), strict=True):
         bases = [number(b.get(comparison.metric)) for b in by_key.get(str(key), [])]
@@ -169,9 +196,11 @@ def add_comparisons(runs: pd.DataFrame, baselines: pd.DataFrame | None = None) -
     if runs.empty:
         return runs
     runs = with_identity(runs)
-    baselines = runs if baselines is None else with_identity(baselines)
+    # Baselines found once per baseline method. Not ``runs`` itself: the loop adds columns to
+    # it, and a run's comparisons read only its metrics and key, which the loop leaves alone.
+    pairing = BaselineRuns(with_identity(runs if baselines is None else baselines))
     for comparison in COMPARISONS:
-        runs[comparison.column] = compare_runs(runs, comparison, baselines)
+        runs[comparison.column] = compare_runs(runs, comparison, pairing)
     return runs
 
 
@@ -318,6 +347,7 @@ def score_interval(runs: pd.DataFrame) -> Interval | None:
 
 __all__ = [
     "BY_COLUMN",
+    "BaselineRuns",
     "STORED_PROMPTS",
     "CHANGE_COLUMNS",
     "COMPARISONS",

@@ -32,6 +32,7 @@ from mtad.runs.comparison import (
     BY_COLUMN,
     COMPARISON_COLUMNS,
     COMPARISONS,
+    BaselineRuns,
     add_comparisons,
     score_interval,
 )
@@ -141,7 +142,10 @@ def distinct_text(group: pd.DataFrame, column: str) -> list[str]:
 
 
 def column_figure(
-    group: pd.DataFrame, column: str, baselines: pd.DataFrame, intervals: bool = True
+    group: pd.DataFrame,
+    column: str,
+    baselines: pd.DataFrame | BaselineRuns,
+    intervals: bool = True,
 ) -> Figure:
     """The :class:`Figure` of ``column`` over ``group``; ``intervals=False`` leaves the
     interval out (a figure that draws only the mean)."""
@@ -174,9 +178,10 @@ def group_figures(
     """``(key, group, {column: Figure})`` for each group of ``runs`` by ``keys`` (sorted, or in
     the order of ``runs`` with ``sort=False``), comparisons paired with the baseline runs of
     ``baselines`` (default ``runs``)."""
-    baselines = runs if baselines is None else baselines
+    # every group is paired with the same baselines: their rows by key are found once
+    pairing = BaselineRuns(runs if baselines is None else baselines)
     for key, group in runs.groupby(list(keys), sort=sort, dropna=False):
-        figures = {c: column_figure(group, c, baselines, intervals) for c in columns}
+        figures = {c: column_figure(group, c, pairing, intervals) for c in columns}
         yield (key if isinstance(key, tuple) else (key,)), group, figures
 
 
