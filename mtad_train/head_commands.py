@@ -260,7 +260,7 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
         f"# Feature-level draft head for smollm2 ({cfg.title})",
         "",
         f"- Layout: {head_cfg['head']}; one decoder layer ({n_params / 1e6:.2f}M trained "
-        "parameters) over the target's final normed state and the embedding of the next token, "
+        f"parameters) over {_reads(head_cfg['head'])} and the embedding of the next token, "
         "the target's frozen embeddings and (sub-vocabulary) logits head.",
         f"- Trained positions (all sessions): {head_cfg.get('trained_positions', '?')}, "
         f"optimiser step {head_cfg.get('step', '?')}.",
@@ -294,6 +294,17 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
     if cfg.notes:
         lines += [Path(cfg.notes).read_text().rstrip(), ""]
     return lines
+
+
+def _reads(spec: dict[str, Any]) -> str:
+    """What a head's layout reads from the target, in words."""
+    layers = [
+        "final normed state" if t == FINAL_NORM_TAP else f"layer {t}'s output" for t in spec["taps"]
+    ]
+    if not spec.get("fuse"):
+        return f"the target's {layers[0]}"
+    norm = " (each layer's output divided by its RMS)" if spec.get("tap_norm") else ""
+    return f"a learned fusion of the target's {', '.join(layers)}{norm}"
 
 
 # --- training ---------------------------------------------------------------------------------
