@@ -93,7 +93,9 @@ def time_steps(args: argparse.Namespace) -> dict[str, list[float]]:
     head.train()
     tcfg = cfg.train_config(use_autocast("auto"))
     opt = head_train.make_optimizer(head, tcfg)
-    teacher = TeacherCache(Path(cfg.ckpt_dir) / TEACHER_DIR, target, cfg.topk, cfg.max_len)
+    teacher = TeacherCache(
+        Path(cfg.ckpt_dir) / TEACHER_DIR, target, cfg.topk, cfg.max_len, head.spec.taps
+    )
     state = read_state(Path(cfg.head))
     sources = [Source.load(s, cfg.max_len) for s in cfg.sources]
     batches = _next_batches(cfg, teacher, sources, state)
