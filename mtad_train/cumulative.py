@@ -47,6 +47,7 @@ import torch
 
 from mtad.engine.feature_head import FeatureHead, HeadSpec
 from mtad.engine.features import FINAL_NORM_TAP
+from mtad.engine.subvocab import VOCAB_FILE
 from mtad.runs.atomic import append_line_atomic, write_atomic
 from mtad_train.head_train import (
     HeadTrainConfig,
@@ -732,7 +733,7 @@ def fuse_warm_start(src: Path, dst: Path, taps: Sequence[int]) -> None:
     elsewhere), so the new head computes exactly what ``src``'s does; its sub-vocabulary, its
     state (positions, cursor, sessions) and curve, so a cumulative session goes on from there
     and the curve says whether the other layers add anything."""
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file, save
 
     spec = head_spec(src)
     taps = [int(t) for t in taps]
@@ -750,16 +751,15 @@ def fuse_warm_start(src: Path, dst: Path, taps: Sequence[int]) -> None:
     fuse[:, j * d : (j + 1) * d] = torch.eye(d)
     dst.mkdir(parents=True)
     (dst / TRAINING_DIR).mkdir()
-    save_file({**weights, "fuse.weight": fuse}, str(dst / WEIGHTS_FILE))
+    blob = save({**weights, "fuse.weight": fuse})
+    write_atomic(dst / WEIGHTS_FILE, blob)
     cfg = json.loads((src / "head_config.json").read_text())
     cfg["head"] = {**cfg["head"], "taps": taps, "fuse": True, "tap_norm": True}
     cfg["warm_start"] = {"from": str(src), "step": cfg.get("step"), "taps": [FINAL_NORM_TAP]}
     write_atomic(dst / "head_config.json", json.dumps(cfg, indent=2) + "\n")
-    for name in ("draft_vocab.json",):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dst / name)
+    if (src / VOCAB_FILE).is_file():
+        shutil.copy2(src / VOCAB_FILE, dst / VOCAB_FILE)
     state = read_state(src)
-    blob = (dst / WEIGHTS_FILE).read_bytes()
     state.export = _digest(blob)  # the state names the weights it goes on from
     write_atomic(dst / TRAINING_DIR / STATE_FILE, json.dumps(state.to_json(), indent=1) + "\n")
     if (src / TRAINING_DIR / CURVE_FILE).is_file():

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_head_teacher_cache import _ids
 
 from mtad.engine import Decoder
 from mtad.engine.feature_head import FeatureHead, HeadSpec, load_head, rms_normalised_taps
@@ -47,14 +48,6 @@ def target():
 
     torch.set_num_threads(1)
     return build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
-
-
-def _ids(path: Path, n: int, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    lens = rng.integers(12, 40, size=n).astype(np.int32)
-    toks = rng.integers(0, 256, size=int(lens.sum())).astype(np.uint16)
-    plens = np.minimum(lens - 2, 4).astype(np.int32)
-    np.savez(path, tokens=toks, lens=lens, plens=plens, kinds=np.array(["x"] * n))
 
 
 def _plain_head_folder(target, folder: Path, seed: int = 0) -> FeatureHead:

@@ -64,7 +64,7 @@ class HeadSpec:
     # whose massive activations (SmolLM2-135M layer 15: RMS up to ~1,000 at the first position
     # against ~2 for the final normed state; Sun et al. 2024, "Massive Activations in Large
     # Language Models") swamp a fusion started from the final state alone: one step of a fresh
-    # optimiser took held-out-like overlap from 0.69 to 0.37 (notes.md, 2026-12-05)
+    # optimiser took the training overlap from 0.69 to 0.37 (notes.md, 2026-12-05)
     tap_norm: bool = False
     layout: str = "mtad"  # "mtad" or "eagle" (published EAGLE-1/2 checkpoints)
 
