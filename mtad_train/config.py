@@ -166,6 +166,30 @@ class EvalCommand:
 
 
 @dataclass
+class CompareCommand:
+    """Two heads on the same held-out responses: A minus B by depth and kind, with paired
+    bootstrap intervals over the responses."""
+
+    head: str = opt("", required=True, help="head A: a folder, or REV:FOLDER (committed at REV)")
+    against: str = opt("", required=True, help="head B: a folder, or REV:FOLDER")
+    eval_features: str = HELDOUT_FEATURES
+    eval_data: str = HELDOUT_IDS
+    depths: int = 4
+    threads: int = 1
+    autocast: str = opt("auto", choices=AUTOCAST)
+    confidence: float = 0.95
+    resamples: int = 9999
+    seed: int = 0
+    json: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError("--confidence must be in (0, 1)")
+        if self.resamples < 100:
+            raise ValueError("--resamples must be at least 100")
+
+
+@dataclass
 class FinalsCommand:
     """Add the final normed state to stored shards."""
 

@@ -8,10 +8,13 @@ checkpoint every few minutes and resumes from it to the same weights.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import torch
 
 from mtad.engine.features import FINAL_NORM_TAP
 from mtad_train.config import (
+    CompareCommand,
     CorpusCommand,
     EvalCommand,
     EvalsetCommand,
@@ -179,22 +183,101 @@ def heldout(cfg: EvalCommand) -> None:
     from mtad.engine.feature_head import load_head
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab
-    from mtad_train.head_eval import depth_acceptance
+    from mtad_train.head_eval import sequence_acceptance
 
     torch.set_num_threads(cfg.threads)
     target, _ = load_smollm2_target("float32")
     head = load_head(cfg.head, target, read_vocab(cfg.head)).float()
     data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
     kinds = read_kinds(cfg.eval_data)
-    res = depth_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
+    per_seq = sequence_acceptance(
+        head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast)
+    )
+    res = per_seq.table()
+    print("expected acceptance +- its standard error (responses as clusters)")
     for kind, row in res.items():
         print(
             f"{kind:14s} "
-            + " ".join(f"d{d + 1} {row[f'd{d + 1}']:.3f}" for d in range(cfg.depths))
+            + " ".join(
+                f"d{d} {row[f'd{d}']:.3f}+-{per_seq.standard_error(d, kind):.3f}"
+                for d in range(1, cfg.depths + 1)
+            )
             + f"  ({row['positions']} positions, {row['prompts']} prompts)"
         )
     if cfg.json:
         Path(cfg.json).write_text(json.dumps(res, indent=2) + "\n")
+
+
+def compare(cfg: CompareCommand) -> None:
+    """Head A minus head B on the same held-out responses, by depth and kind, each with a
+    paired bootstrap interval over the responses (:func:`mtad_train.head_eval.paired_gain`):
+    whether a session's training moved the figure, not only by how much."""
+    from mtad.engine.feature_head import load_head
+    from mtad.engine.smollm2 import load_smollm2_target
+    from mtad.engine.subvocab import read_vocab
+    from mtad_train.head_eval import ALL, paired_gain, sequence_acceptance
+
+    torch.set_num_threads(cfg.threads)
+    target, _ = load_smollm2_target("float32")
+    kinds = read_kinds(cfg.eval_data)
+    scored = []
+    for spec in (cfg.head, cfg.against):
+        with head_folder(spec) as folder:
+            head = load_head(folder, target, read_vocab(folder)).float()
+        data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
+        scored.append(
+            sequence_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
+        )
+    a, b = scored
+    level = f"{100 * cfg.confidence:g}%"
+    print(f"A = {cfg.head}\nB = {cfg.against}")
+    header = f"{'A':>6s}  {'B':>6s}  {'A - B':>7s}  {level + ' interval':>19s}"
+    print(f"{'kind':14s} depth  {header}  responses")
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in [*sorted(set(kinds)), ALL]:
+        for d in range(1, cfg.depths + 1):
+            g = paired_gain(a, b, d, kind, cfg.confidence, cfg.resamples, cfg.seed)
+            out.setdefault(kind, {})[f"d{d}"] = vars(g)
+            print(
+                f"{kind:14s} d{d}     {g.a:.4f}  {g.b:.4f}  {g.gain:+.4f}  "
+                f"[{g.low:+.4f}, {g.high:+.4f}]  {g.sequences}"
+            )
+    if cfg.json:
+        doc = {"a": cfg.head, "b": cfg.against, "gain": out}
+        Path(cfg.json).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def head_folder(spec: str) -> Iterator[Path]:
+    """A head folder: ``spec`` itself, or ``REV:FOLDER`` -- the folder as committed at the git
+    revision ``REV``, its top-level ``.json`` and ``.safetensors`` files (what loading a head
+    reads) written to a temporary folder for the duration."""
+    if Path(spec).is_dir() or ":" not in spec:
+        if not Path(spec).is_dir():
+            raise FileNotFoundError(f"no head folder {spec}")
+        yield Path(spec)
+        return
+    rev, folder = spec.split(":", 1)
+    folder = folder.rstrip("/")
+
+    def git(*args: str) -> bytes:
+        done = subprocess.run(["git", *args], capture_output=True, check=False)
+        if done.returncode:
+            raise ValueError(f"{spec}: git {' '.join(args)}: {done.stderr.decode().strip()}")
+        return done.stdout
+
+    names = [
+        line.split("\t", 1)[1]
+        for line in git("ls-tree", rev, f"{folder}/").decode().splitlines()
+        if line.split()[1] == "blob"
+    ]
+    wanted = [n for n in names if n.endswith((".json", ".safetensors"))]
+    if not wanted:
+        raise ValueError(f"{spec}: no head files at {folder} in {rev}")
+    with tempfile.TemporaryDirectory(prefix="head-") as tmp:
+        for name in wanted:
+            (Path(tmp) / Path(name).name).write_bytes(git("show", f"{rev}:{name}"))
+        yield Path(tmp)
 
 
 def report(cfg: ReportCommand) -> None:
@@ -509,6 +592,7 @@ def fuse(cfg: FuseCommand) -> None:
 COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "features": (FeaturesCommand, features, "teacher-forced pass: target features + top-k"),
     "eval": (EvalCommand, heldout, "held-out acceptance of a saved head, by depth and kind"),
+    "compare": (CompareCommand, compare, "two heads on the same held-out responses, A - B"),
     "finals": (FinalsCommand, finals, "add the final normed state to stored shards"),
     "report": (ReportCommand, report, "a head folder's report, held-out table and curve"),
     "corpus": (CorpusCommand, corpus, "chat-formatted text from this disk, as uint16 ids"),
