@@ -1,7 +1,9 @@
 # Go on training the committed head for one session (issue 39): resumes from training/state.json
 # and the weights beside it (or the local checkpoint under .dev/ that descends from it), one
 # torch thread, teacher on the fly; exports weights, state and a held-out curve row every 40 min
-# and when the budget ends. Commit the folder afterwards. Usage: bash continue.sh [SECONDS]
+# and when the budget ends. Commit the folder afterwards. Usage: bash continue.sh [SECONDS
+# [EXPORT_EVERY_S]] (EXPORT_EVERY_S 0: export only when the session ends, e.g. while a reference
+# run beside it decodes with the committed head, which must stay one head throughout).
 # (--cooldown-s takes the rate down to 0 over the budget's last seconds: tried 2026-12-05 over
 # the last sixth, the cooled weights scored as the averages did, notes.md; not used.)
 #
@@ -27,7 +29,7 @@ teacher=$!
 trap 'kill -TERM "$teacher" 2> /dev/null' EXIT
 trap 'kill -TERM "$trainer" 2> /dev/null' TERM INT
 "${run[@]}" scripts/train_head.py cumulative --threads 1 \
-  --time-budget-s "${1:-7200}" --export-every-s 2400 >> .dev/head/cumulative/stdout.log 2>&1 &
+  --time-budget-s "${1:-7200}" --export-every-s "${2:-2400}" >> .dev/head/cumulative/stdout.log 2>&1 &
 trainer=$!
 wait "$trainer"
 wait "$trainer" 2> /dev/null  # a TERM interrupts the first wait: wait for the export
