@@ -222,6 +222,9 @@ class ReportCommand:
         default_factory=list, nargs="*", help="curve.jsonl of each stage, in order"
     )
     compare_draft: str | None = opt(None, help="an independent draft folder")
+    against: str | None = opt(
+        None, help="another head (a folder, or REV:FOLDER): the gain over it, paired intervals"
+    )
     notes: str | None = None
     threads: int = 1
     autocast: str = opt("auto", choices=AUTOCAST)

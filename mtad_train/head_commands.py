@@ -33,7 +33,7 @@ from mtad_train.config import (
     HeadTrainCommand,
     ReportCommand,
 )
-from mtad_train.cumulative import CumulativeConfig, TeacherAheadConfig
+from mtad_train.cumulative import CumulativeConfig, TeacherAheadConfig, head_spec
 from mtad_train.ids import read_ids, read_kinds, write_ids
 from mtad_train.respond import RespondCommand, respond
 
@@ -178,20 +178,48 @@ def heldout_shards(
     return ShardData(feature_folders([eval_features]), taps=taps)
 
 
-def heldout(cfg: EvalCommand) -> None:
-    """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
+def scored_head(
+    spec: str,
+    target32: torch.nn.Module,
+    eval_data: str,
+    eval_features: str,
+    depths: int,
+    autocast: str,
+):
+    """A head (a folder, or ``REV:FOLDER``: :func:`head_folder`) scored on the held-out
+    responses, per response (:class:`mtad_train.head_eval.SequenceAcceptance`)."""
     from mtad.engine.feature_head import load_head
-    from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab
     from mtad_train.head_eval import sequence_acceptance
 
+    with head_folder(spec) as folder:
+        head = load_head(folder, target32, read_vocab(folder)).float()
+    data = heldout_shards(target32, eval_data, eval_features, head.spec.taps)
+    kinds = read_kinds(eval_data)
+    return sequence_acceptance(head, data, kinds, depths, autocast=use_autocast(autocast))
+
+
+def paired_gains(a, b, confidence: float, resamples: int, seed: int) -> dict[str, dict[str, Any]]:
+    """``{kind: {"dK": PairedGain fields}}`` of A minus B, every kind and ``all``, every depth."""
+    from mtad_train.head_eval import ALL, paired_gain
+
+    return {
+        kind: {
+            f"d{d}": vars(paired_gain(a, b, d, kind, confidence, resamples, seed))
+            for d in range(1, a.depths + 1)
+        }
+        for kind in [*sorted(set(a.kinds)), ALL]
+    }
+
+
+def heldout(cfg: EvalCommand) -> None:
+    """Held-out expected acceptance of a saved head at every depth, per evaluation kind."""
+    from mtad.engine.smollm2 import load_smollm2_target
+
     torch.set_num_threads(cfg.threads)
     target, _ = load_smollm2_target("float32")
-    head = load_head(cfg.head, target, read_vocab(cfg.head)).float()
-    data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
-    kinds = read_kinds(cfg.eval_data)
-    per_seq = sequence_acceptance(
-        head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast)
+    per_seq = scored_head(
+        cfg.head, target, cfg.eval_data, cfg.eval_features, cfg.depths, cfg.autocast
     )
     res = per_seq.table()
     print("expected acceptance +- its standard error (responses as clusters)")
@@ -212,38 +240,27 @@ def compare(cfg: CompareCommand) -> None:
     """Head A minus head B on the same held-out responses, by depth and kind, each with a
     paired bootstrap interval over the responses (:func:`mtad_train.head_eval.paired_gain`):
     whether a session's training moved the figure, not only by how much."""
-    from mtad.engine.feature_head import load_head
     from mtad.engine.smollm2 import load_smollm2_target
-    from mtad.engine.subvocab import read_vocab
-    from mtad_train.head_eval import ALL, paired_gain, sequence_acceptance
 
     torch.set_num_threads(cfg.threads)
     target, _ = load_smollm2_target("float32")
-    kinds = read_kinds(cfg.eval_data)
-    scored = []
-    for spec in (cfg.head, cfg.against):
-        with head_folder(spec) as folder:
-            head = load_head(folder, target, read_vocab(folder)).float()
-        data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
-        scored.append(
-            sequence_acceptance(head, data, kinds, cfg.depths, autocast=use_autocast(cfg.autocast))
-        )
-    a, b = scored
+    a, b = (
+        scored_head(spec, target, cfg.eval_data, cfg.eval_features, cfg.depths, cfg.autocast)
+        for spec in (cfg.head, cfg.against)
+    )
+    gains = paired_gains(a, b, cfg.confidence, cfg.resamples, cfg.seed)
     level = f"{100 * cfg.confidence:g}%"
     print(f"A = {cfg.head}\nB = {cfg.against}")
     header = f"{'A':>6s}  {'B':>6s}  {'A - B':>7s}  {level + ' interval':>19s}"
     print(f"{'kind':14s} depth  {header}  responses")
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for kind in [*sorted(set(kinds)), ALL]:
-        for d in range(1, cfg.depths + 1):
-            g = paired_gain(a, b, d, kind, cfg.confidence, cfg.resamples, cfg.seed)
-            out.setdefault(kind, {})[f"d{d}"] = vars(g)
+    for kind, by_depth in gains.items():
+        for depth, g in by_depth.items():
             print(
-                f"{kind:14s} d{d}     {g.a:.4f}  {g.b:.4f}  {g.gain:+.4f}  "
-                f"[{g.low:+.4f}, {g.high:+.4f}]  {g.sequences}"
+                f"{kind:14s} {depth}     {g['a']:.4f}  {g['b']:.4f}  {g['gain']:+.4f}  "
+                f"[{g['low']:+.4f}, {g['high']:+.4f}]  {g['sequences']}"
             )
     if cfg.json:
-        doc = {"a": cfg.head, "b": cfg.against, "gain": out}
+        doc = {"a": cfg.head, "b": cfg.against, "gain": gains}
         Path(cfg.json).write_text(json.dumps(doc, indent=2) + "\n")
 
 
@@ -307,34 +324,48 @@ def report(cfg: ReportCommand) -> None:
 
 
 def _report_acceptance(cfg: ReportCommand, folder: Path) -> dict[str, Any]:
-    """``{"head": by kind and depth, "draft": the independent draft's (with --compare-draft)}``."""
-    from mtad.engine.feature_head import load_head
+    """``{"head": by kind and depth, "head_se": their standard errors, "draft": the independent
+    draft's (with --compare-draft), "against": the head's paired gains over another head (with
+    --against)}``."""
     from mtad.engine.smollm2 import load_smollm2_target
     from mtad.engine.subvocab import read_vocab, restrict_vocab
-    from mtad_train.head_eval import depth_acceptance, model_draft_acceptance
+    from mtad_train.head_eval import model_draft_acceptance
 
     torch.set_num_threads(cfg.threads)
-    autocast = use_autocast(cfg.autocast)
     target, _ = load_smollm2_target("float32")
-    head = load_head(folder, target, read_vocab(folder)).float()
-    data = heldout_shards(target, cfg.eval_data, cfg.eval_features, head.spec.taps)
-    kinds = read_kinds(cfg.eval_data)
-    res = {"head": depth_acceptance(head, data, kinds, cfg.depths, autocast=autocast)}
+    per_seq = scored_head(
+        str(folder), target, cfg.eval_data, cfg.eval_features, cfg.depths, cfg.autocast
+    )
+    res: dict[str, Any] = {"head": per_seq.table()}
+    res["head_se"] = {
+        kind: {f"d{d}": per_seq.standard_error(d, kind) for d in range(1, cfg.depths + 1)}
+        for kind in res["head"]
+    }
     if cfg.compare_draft:
         from transformers import AutoModelForCausalLM
 
+        taps = head_spec(folder).taps
+        data = heldout_shards(target, cfg.eval_data, cfg.eval_features, taps)
         draft = AutoModelForCausalLM.from_pretrained(cfg.compare_draft, dtype=torch.float32)
         ids = read_vocab(cfg.compare_draft)
         if ids:
             restrict_vocab(draft, ids)
-        res["draft"] = model_draft_acceptance(draft.eval(), data, kinds)
+        res["draft"] = model_draft_acceptance(draft.eval(), data, read_kinds(cfg.eval_data))
+    if cfg.against:
+        other = scored_head(
+            cfg.against, target, cfg.eval_data, cfg.eval_features, cfg.depths, cfg.autocast
+        )
+        res["against"] = {
+            "head": cfg.against,
+            "gain": paired_gains(per_seq, other, 0.95, 9999, 0),
+        }
     return res
 
 
 def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list[str]:
     from safetensors import safe_open
 
-    from mtad_train.head_report import heldout_table, verdict
+    from mtad_train.head_report import gain_table, heldout_table, verdict
 
     head_cfg = json.loads((folder / "head_config.json").read_text())
     with safe_open(str(folder / "model.safetensors"), "pt") as f:  # what the head adds
@@ -354,7 +385,7 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
         "top-k 10, top-p 0.9); at depth k the head has drafted k-1 positions on its own "
         "features (`mtad_train.head_eval`).",
         "",
-        *heldout_table(res["head"], cfg.depths),
+        *heldout_table(res["head"], cfg.depths, res.get("head_se")),
         "",
         verdict(res["head"], cfg.depths),
     ]
@@ -373,6 +404,8 @@ def _report_lines(cfg: ReportCommand, folder: Path, res: dict[str, Any]) -> list
                 if k in res["head"]
             ),
         ]
+    if "against" in res:
+        lines += ["", *gain_table(res["against"], cfg.depths)]
     lines += ["", "Curve of every session's points against positions trained: `curve.png`.", ""]
     if cfg.notes:
         lines += [Path(cfg.notes).read_text().rstrip(), ""]

@@ -80,7 +80,12 @@ def _interp(x, xs, ys):
     return np.interp(x, xs, ys)
 
 
-def heldout_table(res: dict[str, dict[str, float]], depths: int) -> list[str]:
+def heldout_table(
+    res: dict[str, dict[str, float]],
+    depths: int,
+    se: dict[str, dict[str, float]] | None = None,
+) -> list[str]:
+    """The held-out figures by kind and depth; with ``se``, each with its standard error."""
     head = (
         "| kind | prompts | positions | "
         + " | ".join(f"depth {d}" for d in range(1, depths + 1))
@@ -91,9 +96,42 @@ def heldout_table(res: dict[str, dict[str, float]], depths: int) -> list[str]:
         row = res.get(kind)
         if row is None:
             continue
-        cells = " | ".join(f"{row[f'd{d}']:.3f}" for d in range(1, depths + 1))
+        cells = " | ".join(
+            f"{row[f'd{d}']:.3f}" + (f" ({se[kind][f'd{d}']:.3f})" if se else "")
+            for d in range(1, depths + 1)
+        )
         label = "all four (position-weighted)" if kind == "all" else kind
         lines.append(f"| {label} | {row['prompts']} | {row['positions']} | {cells} |")
+    if se:
+        lines += [
+            "",
+            "(In brackets: the standard error, responses as clusters: a response's positions are "
+            "not independent of each other.)",
+        ]
+    return lines
+
+
+def gain_table(against: dict[str, Any], depths: int) -> list[str]:
+    """The head's gain over another head on the same responses, by kind and depth, each with
+    its paired bootstrap interval (``train_head.py compare``'s figures)."""
+    gains = against["gain"]
+    level = next(iter(next(iter(gains.values())).values()))["confidence"]
+    lines = [
+        f"Against `{against['head']}` on the same responses: this head minus that one, "
+        f"[{100 * level:g}% paired bootstrap interval over responses, BCa]:",
+        "",
+        "| kind | " + " | ".join(f"depth {d}" for d in range(1, depths + 1)) + " |",
+        "|" + "---|" * (1 + depths),
+    ]
+    for kind in (*EVAL_KINDS, "all"):
+        if kind not in gains:
+            continue
+        cells = " | ".join(
+            f"{g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]"
+            for g in (gains[kind][f"d{d}"] for d in range(1, depths + 1))
+        )
+        label = "all four (position-weighted)" if kind == "all" else kind
+        lines.append(f"| {label} | {cells} |")
     return lines
 
 

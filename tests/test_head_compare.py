@@ -187,3 +187,25 @@ def test_a_committed_head_folder_is_read_from_its_revision(tmp_path):
             pass
     finally:
         os.chdir(cwd)
+
+
+def test_the_report_tables_carry_the_standard_errors_and_the_paired_gains():
+    from mtad_train.head_commands import paired_gains
+    from mtad_train.head_report import gain_table, heldout_table
+
+    b = _scored(60, 2, seed=12)
+    a = _paired(b, seed=13, gain=0.02, noise=0.01)
+    gains = paired_gains(a, b, 0.95, 999, 0)
+    assert set(gains) == {*KINDS, ALL}
+    assert gains[ALL]["d1"]["gain"] == pytest.approx(paired_gain(a, b, 1).gain, abs=1e-15)
+    lines = gain_table({"head": "HEAD~1:h", "gain": gains}, 2)
+    assert "`HEAD~1:h`" in lines[0] and "95% paired bootstrap" in lines[0]
+    row = next(line for line in lines if line.startswith("| all four"))
+    g = gains[ALL]["d2"]
+    assert f"{g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]" in row
+    assert g["low"] > 0  # a gain of 0.02 over 60 responses, scattered by 0.01: clearly positive
+    table, se = a.table(), {k: {"d1": 0.011, "d2": 0.012} for k in (*KINDS, ALL)}
+    plain = heldout_table(table, 2)
+    with_se = heldout_table(table, 2, se)
+    assert f"{table['mtbench']['d2']:.3f} (0.012)" in next(x for x in with_se if "| mtbench |" in x)
+    assert "(0." not in "".join(plain) and "standard error" in with_se[-1]
