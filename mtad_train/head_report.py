@@ -117,7 +117,7 @@ def gain_table(against: dict[str, Any], depths: int) -> list[str]:
     gains = against["gain"]
     level = next(iter(next(iter(gains.values())).values()))["confidence"]
     lines = [
-        f"Against `{against['head']}` on the same responses: this head minus that one, "
+        f"Against `{against['head']}` on the same responses: this head minus that one "
         f"[{100 * level:g}% paired bootstrap interval over responses, BCa]:",
         "",
         "| kind | " + " | ".join(f"depth {d}" for d in range(1, depths + 1)) + " |",
