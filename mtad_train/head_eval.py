@@ -24,6 +24,7 @@ import torch
 from mtad.engine.feature_head import FeatureHead
 from mtad.engine.warping import warp_logprobs
 from mtad_train import objectives as O
+from mtad_train.head_report import ALL
 from mtad_train.head_train import ShardData, collate, column_map, ref_batches
 from mtad_train.unroll import unrolled
 
@@ -73,9 +74,6 @@ class SequenceAcceptance:
         return float(np.sqrt(n / (n - 1) * ((s - r * c) ** 2).sum()) / total)
 
 
-ALL = "all"
-
-
 @dataclass
 class PairedGain:
     """Head A's pooled figure minus head B's on the same held-out positions, with a bootstrap
@@ -104,7 +102,7 @@ def paired_gain(
     evaluated on the same held-out responses, so each resample draws sequences with both heads'
     sums (``scipy.stats.bootstrap``, ``paired=True``); the statistic is the difference of the
     two position-pooled means, the figure :meth:`SequenceAcceptance.table` reports."""
-    from scipy import stats
+    from mtad.runs.intervals import bootstrap_interval
 
     if a.keys != b.keys or not np.array_equal(a.counts, b.counts):
         raise ValueError("the two heads were not scored on the same held-out positions")
@@ -117,22 +115,12 @@ def paired_gain(
         return (x.sum(axis) - y.sum(axis)) / n.sum(axis)
 
     point = float(gain(sa, sb, c))
-    if np.array_equal(sa, sb):  # every resample gains exactly nothing (a degenerate bootstrap)
-        low = high = 0.0
-    elif len(c) < 2:
-        low = high = float("nan")
-    else:
-        res = stats.bootstrap(
-            (sa, sb, c),
-            gain,
-            paired=True,
-            vectorized=True,
-            confidence_level=confidence,
-            n_resamples=n_resamples,
-            method=method,
-            random_state=np.random.default_rng(seed),
-        )
-        low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    low = high = float("nan")
+    if len(c) >= 2:
+        # BCa falls back to the percentile interval where it degenerates (e.g. a head against
+        # itself: every resample gains exactly nothing)
+        methods = ("BCa", "percentile") if method == "BCa" else (method,)
+        low, high, _ = bootstrap_interval([sa, sb, c], gain, n_resamples, seed, confidence, methods)
     return PairedGain(
         a=float(sa.sum() / c.sum()),
         b=float(sb.sum() / c.sum()),

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 EVAL_KINDS = ("humaneval", "mtbench", "default", "mtbench-turn2")
+ALL = "all"  # the row pooling every kind's positions
 # issue 39's bar: held-out expected acceptance at depths 1..3 of all kinds pooled, and at depth 1
 # of each kind; the goal is ACCEPT_GOAL at every depth
 ACCEPT_BAR_POOLED = (0.5, 0.45, 0.4)
@@ -35,9 +36,9 @@ def plot_curve(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         return
     xs = [r["positions"] / 1e6 for r in rows]
     fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
-    depths = sorted(k for k in rows[-1]["heldout"]["all"] if k.startswith("d"))
+    depths = sorted(k for k in rows[-1]["heldout"][ALL] if k.startswith("d"))
     for d in depths:
-        ax[0].plot(xs, [r["heldout"]["all"][d] for r in rows], marker="o", label=f"depth {d[1:]}")
+        ax[0].plot(xs, [r["heldout"][ALL][d] for r in rows], marker="o", label=f"depth {d[1:]}")
     for kind in EVAL_KINDS:
         if kind in rows[-1]["heldout"]:
             ax[1].plot(
@@ -92,7 +93,7 @@ def heldout_table(
         + " |"
     )
     lines = [head, "|" + "---|" * (3 + depths)]
-    for kind in (*EVAL_KINDS, "all"):
+    for kind in (*EVAL_KINDS, ALL):
         row = res.get(kind)
         if row is None:
             continue
@@ -100,7 +101,7 @@ def heldout_table(
             f"{row[f'd{d}']:.3f}" + (f" ({se[kind][f'd{d}']:.3f})" if se else "")
             for d in range(1, depths + 1)
         )
-        label = "all four (position-weighted)" if kind == "all" else kind
+        label = "all four (position-weighted)" if kind == ALL else kind
         lines.append(f"| {label} | {row['prompts']} | {row['positions']} | {cells} |")
     if se:
         lines += [
@@ -123,14 +124,14 @@ def gain_table(against: dict[str, Any], depths: int) -> list[str]:
         "| kind | " + " | ".join(f"depth {d}" for d in range(1, depths + 1)) + " |",
         "|" + "---|" * (1 + depths),
     ]
-    for kind in (*EVAL_KINDS, "all"):
+    for kind in (*EVAL_KINDS, ALL):
         if kind not in gains:
             continue
         cells = " | ".join(
             f"{g['gain']:+.3f} [{g['low']:+.3f}, {g['high']:+.3f}]"
             for g in (gains[kind][f"d{d}"] for d in range(1, depths + 1))
         )
-        label = "all four (position-weighted)" if kind == "all" else kind
+        label = "all four (position-weighted)" if kind == ALL else kind
         lines.append(f"| {label} | {cells} |")
     return lines
 
@@ -138,7 +139,7 @@ def gain_table(against: dict[str, Any], depths: int) -> list[str]:
 def verdict(res: dict[str, dict[str, float]], depths: int) -> str:
     """Issue 39's bar, figure by figure: pooled depths 1..3 and depth 1 of every kind."""
     checks = [
-        (f"all kinds, depth {d}", res["all"][f"d{d}"], bar)
+        (f"all kinds, depth {d}", res[ALL][f"d{d}"], bar)
         for d, bar in enumerate(ACCEPT_BAR_POOLED[:depths], start=1)
     ] + [(f"{k}, depth 1", res[k]["d1"], ACCEPT_BAR_EACH_KIND_D1) for k in EVAL_KINDS if k in res]
     short = [f"{name} {got:.3f} < {bar}" for name, got, bar in checks if got < bar]

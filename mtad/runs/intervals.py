@@ -228,7 +228,7 @@ def _paired_bootstrap(
         return nan
 
     samples = [row for a in arrays for row in a]
-    lo, hi, result = _bca_or_percentile(samples, statistic, n_resamples, seed)
+    lo, hi, result = bootstrap_interval(samples, statistic, n_resamples, seed)
     if not np.all(np.isfinite(result.bootstrap_distribution)):
         return nan  # some resample has no comparison (a zero baseline): no honest interval
     return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
@@ -258,17 +258,25 @@ def _mean_bootstrap(values: np.ndarray, n_resamples: int, seed: int) -> Interval
     if prompts < MIN_PROMPTS or seeds < 1 or not math.isfinite(mean):
         return Interval(mean, math.nan, math.nan, prompts, seeds, BOOTSTRAP_METHOD)
 
-    lo, hi, _ = _bca_or_percentile(list(values), statistic, n_resamples, seed)
+    lo, hi, _ = bootstrap_interval(list(values), statistic, n_resamples, seed)
     return Interval(mean, lo, hi, prompts, seeds, BOOTSTRAP_METHOD)
 
 
-def _bca_or_percentile(samples: list, statistic, n_resamples: int, seed: int):
-    """scipy's paired bootstrap: BCa, or the percentile interval where BCa's bounds are not
-    finite (a degenerate resample); ``(lo, hi, result)``."""
+def bootstrap_interval(
+    samples: list,
+    statistic,
+    n_resamples: int,
+    seed: int,
+    confidence: float = CONFIDENCE,
+    methods: tuple[str, ...] = ("BCa", "percentile"),
+):
+    """scipy's paired, vectorised bootstrap of ``statistic`` over ``samples``: the first of
+    ``methods`` whose bounds are finite (BCa, or the percentile interval where a degenerate
+    resample leaves BCa's bounds infinite or NaN); ``(lo, hi, result)``."""
     from scipy import stats
 
     lo = hi = math.nan
-    for method in ("BCa", "percentile"):
+    for method in methods:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DegenerateDataWarning: handled by the fallback
             result = stats.bootstrap(
@@ -277,7 +285,7 @@ def _bca_or_percentile(samples: list, statistic, n_resamples: int, seed: int):
                 n_resamples=n_resamples,
                 paired=True,
                 vectorized=True,
-                confidence_level=CONFIDENCE,
+                confidence_level=confidence,
                 method=method,
                 rng=np.random.default_rng(seed),
             )
@@ -338,6 +346,7 @@ __all__ = [
     "VERDICTS",
     "Interval",
     "PairedValues",
+    "bootstrap_interval",
     "mean_bootstrap",
     "paired_bootstrap",
     "perplexity",
