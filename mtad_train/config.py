@@ -210,6 +210,16 @@ class FuseCommand:
 
 
 @dataclass
+class ForkCommand:
+    """An arm of an A/B between training variants: the committed head and its local checkpoint
+    copied into a new folder, the teacher cache linked (``mtad_train.cumulative.fork_arm``)."""
+
+    out: str = opt("", required=True, help="the arm's folder (must be new): out/head, out/ckpt")
+    head: str = "assets/drafts/smollm2-head"
+    ckpt_dir: str = ".dev/head/cumulative"
+
+
+@dataclass
 class ReportCommand:
     """A head folder's report, held-out table and curve."""
 

@@ -764,3 +764,36 @@ def fuse_warm_start(src: Path, dst: Path, taps: Sequence[int]) -> None:
     write_atomic(dst / TRAINING_DIR / STATE_FILE, json.dumps(state.to_json(), indent=1) + "\n")
     if (src / TRAINING_DIR / CURVE_FILE).is_file():
         shutil.copy2(src / TRAINING_DIR / CURVE_FILE, dst / TRAINING_DIR / CURVE_FILE)
+
+
+def fork_arm(head_dir: Path, ckpt_dir: Path, out: Path) -> str:
+    """An arm of an A/B between training variants: ``out/head`` (the committed head's files,
+    state and curve) and ``out/ckpt`` (the local checkpoint and cursor when they descend from
+    that export, and a link to the teacher cache, which depends on the taps and the data, not
+    on the variant), so that ``cumulative --head out/head --ckpt-dir out/ckpt`` goes on exactly
+    as the original would (same weights, optimiser, averages and data), whatever the variant
+    changes, and exports into the arm, never the committed folder. Fork every arm from the same
+    stopped training (SIGTERM exports; its checkpoint is then the export's), train each for the
+    same ``--max-steps`` with ``--export-every-s 0``, then ``train_head.py compare`` the arms'
+    heads. How it resumed: "local checkpoint, step N" or "committed head, step N"."""
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out} exists and is not empty: an arm is forked into a new folder")
+    settle_export(head_dir)
+    committed = read_state(head_dir)
+    arm_head, arm_ckpt = out / "head", out / "ckpt"
+    (arm_head / TRAINING_DIR).mkdir(parents=True)
+    arm_ckpt.mkdir()
+    for f in head_dir.iterdir():  # what loading a head reads (as head_commands.head_folder)
+        if f.is_file() and f.suffix in (".json", ".safetensors"):
+            shutil.copy2(f, arm_head / f.name)
+    for name in (STATE_FILE, CURVE_FILE):
+        if (head_dir / TRAINING_DIR / name).is_file():
+            shutil.copy2(head_dir / TRAINING_DIR / name, arm_head / TRAINING_DIR / name)
+    local = _load_local(ckpt_dir, committed)
+    if local is not None:
+        shutil.copy2(ckpt_dir / "ckpt.pt", arm_ckpt / "ckpt.pt")
+        write_cursor(arm_ckpt, local[1])
+    if (ckpt_dir / TEACHER_DIR).is_dir():
+        (arm_ckpt / TEACHER_DIR).symlink_to((ckpt_dir / TEACHER_DIR).resolve())
+    steps = local[1].steps if local is not None else committed.steps
+    return f"{'local checkpoint' if local is not None else 'committed head'}, step {steps}"

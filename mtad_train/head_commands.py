@@ -29,6 +29,7 @@ from mtad_train.config import (
     EvalsetCommand,
     FeaturesCommand,
     FinalsCommand,
+    ForkCommand,
     FuseCommand,
     HeadTrainCommand,
     ReportCommand,
@@ -621,6 +622,19 @@ def fuse(cfg: FuseCommand) -> None:
     print(f"{cfg.out}: taps {cfg.taps}, warm-started from {cfg.head}")
 
 
+def fork(cfg: ForkCommand) -> None:
+    """An A/B arm forked from the cumulative training (:func:`fork_arm`)."""
+    from mtad_train.cumulative import fork_arm
+
+    out = Path(cfg.out)
+    how = fork_arm(Path(cfg.head), Path(cfg.ckpt_dir), out)
+    print(f"{out}: forked from {cfg.head} ({how}); train it with")
+    print(
+        f"  python scripts/train_head.py cumulative --head {out / 'head'} --ckpt-dir "
+        f"{out / 'ckpt'} --max-steps N --export-every-s 0 [the variant's options]"
+    )
+
+
 # name -> (configuration, run, help)
 COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "features": (FeaturesCommand, features, "teacher-forced pass: target features + top-k"),
@@ -633,6 +647,7 @@ COMMANDS: dict[str, tuple[type, Callable[[Any], None], str]] = {
     "respond": (RespondCommand, respond, "the target's responses to the prompt pool, as shards"),
     "train": (HeadTrainCommand, train, "train the head on stored features (resumable)"),
     "fuse": (FuseCommand, fuse, "a head fusing target layers, warm-started from a committed one"),
+    "fork": (ForkCommand, fork, "an A/B arm: the committed head and its checkpoint, copied"),
     "cumulative": (
         CumulativeConfig,
         cumulative,

@@ -29,6 +29,7 @@ from mtad_train.cumulative import (
     Source,
     SourceCursor,
     draw_step,
+    fork_arm,
     read_state,
 )
 
@@ -291,6 +292,42 @@ def test_a_checkpoint_cut_short_keeps_the_last_one_and_resumes_to_the_uninterrup
     ]
     assert len(leftovers) <= (0 if kind == "enospc" else 1), leftovers
     assert all(name.startswith(".ckpt.pt.") for name in leftovers), leftovers
+
+
+def test_a_forked_arm_goes_on_as_the_training_would_and_exports_into_itself(
+    tmp_path, head_folder, uninterrupted_4
+):
+    """An A/B arm forked after 2 steps and trained 2 more ends on the uninterrupted run's exact
+    weights and cursor (checkpoint, optimiser and averages came along), exports into the arm and
+    leaves the committed folder alone; an arm forked where no checkpoint descends from the
+    committed head starts from the committed head."""
+    import torch
+
+    folder, script = head_folder
+    straight, straight_ckpt = uninterrupted_4
+    ckpt = tmp_path / "ck"
+    _session(script, folder, ckpt, 2, ckpt_s="1e-9")
+    committed = _weights_and_digest(folder), (folder / TRAINING_DIR / CURVE_FILE).read_text()
+    arm = tmp_path / "arm"
+    assert fork_arm(folder, ckpt, arm) == "local checkpoint, step 2"
+    assert (arm / "ckpt" / TEACHER_DIR).resolve() == (ckpt / TEACHER_DIR).resolve()
+    log = _session(script, arm / "head", arm / "ckpt", 2, ckpt_s="1e-9")
+    assert "resumed the local checkpoint: step 2" in log
+    a, b = (torch.load(d / "ckpt.pt", weights_only=False) for d in (straight_ckpt, arm / "ckpt"))
+    for k in a["head"]:
+        assert torch.equal(a["head"][k], b["head"][k]), k
+    assert _weights_and_digest(straight) == _weights_and_digest(arm / "head")
+    assert read_state(arm / "head").cursor == read_state(straight).cursor
+    assert [r["steps"] for r in _curve(arm / "head")] == [2, 4]
+    assert (_weights_and_digest(folder), (folder / TRAINING_DIR / CURVE_FILE).read_text()) == (
+        committed
+    )
+    with pytest.raises(ValueError, match="not empty"):
+        fork_arm(folder, ckpt, arm)
+    elsewhere = tmp_path / "other"
+    _session(script, folder, elsewhere, 1)  # the committed head moves on: ck no longer descends
+    assert fork_arm(folder, ckpt, tmp_path / "arm2") == "committed head, step 3"
+    assert not (tmp_path / "arm2" / "ckpt" / "ckpt.pt").exists()
 
 
 @pytest.mark.parametrize(
