@@ -234,9 +234,27 @@ class SourceCursor:
     # rather than at zero, so it is drawn at its weight from then on instead of exclusively
     # until it has caught up
     offset: float = 0.0
+    # the weight this source was last drawn at (0: not recorded, a cursor from before): when a
+    # session changes the weights, every source is rebased to one level (:func:`_reweigh`)
+    weight: float = 0.0
 
     def level(self, weight: float) -> float:
         return (self.positions + self.offset) / weight
+
+
+def _reweigh(sources: Sequence[Source], cursor: dict[str, SourceCursor], live: list[int]) -> None:
+    """When a source's weight differs from the one its cursor was drawn at, put every live
+    source at the same level (positions per unit of its new weight), so the new shares hold
+    from this step on: without it a source whose weight grew would be drawn alone until its
+    level caught up with the others' (at 33M positions, tens of millions of positions later).
+    Records the weights drawn at; with the weights unchanged it moves nothing."""
+    curs = [(sources[i], cursor[sources[i].name]) for i in live]
+    if any(c.weight and c.weight != s.weight for s, c in curs):
+        top = max(c.level(s.weight) for s, c in curs)
+        for s, c in curs:
+            c.offset = top * s.weight - c.positions
+    for s, c in curs:
+        c.weight = s.weight
 
 
 def draw_step(
@@ -260,6 +278,7 @@ def draw_step(
             cursor[sources[i].name] = SourceCursor(
                 offset=min(known, default=0.0) * sources[i].weight
             )
+    _reweigh(sources, cursor, live)
     picked, acc = [], 0
     while acc < tokens:
         si = min(live, key=lambda i: (cursor[sources[i].name].level(sources[i].weight), i))

@@ -73,6 +73,35 @@ def test_a_source_added_later_leaves_the_others_order_alone(tmp_path):
     assert from_a[: len(first)] == first[: len(from_a)]
 
 
+def test_changed_weights_hold_from_the_next_step_and_unchanged_ones_move_nothing(tmp_path):
+    """After 2:1 for a while, 1:3 holds from the next step on (the source whose weight grew is
+    not drawn alone until it catches up); drawn on at the weights it was drawn at, a cursor's
+    offsets stay as they were (the rebase moves nothing then)."""
+    _ids(tmp_path / "a.npz", 400, 0)
+    _ids(tmp_path / "b.npz", 400, 1)
+
+    def sources(wa: float, wb: float) -> list[Source]:
+        return [
+            Source.load(f"{tmp_path / 'a.npz'}={wa}", 64),
+            Source.load(f"{tmp_path / 'b.npz'}={wb}", 64),
+        ]
+
+    cur: dict[str, SourceCursor] = {}
+    for _ in range(20):
+        draw_step(sources(2, 1), cur, 300, seed=0)
+    for _ in range(5):
+        draw_step(sources(2, 1), cur, 300, seed=0)
+    assert [(v.offset, v.weight) for v in cur.values()] == [(0.0, 2.0), (0.0, 1.0)]
+    before = {k: v.positions for k, v in cur.items()}
+    srcs = sources(1, 3)
+    for n in range(1, 9):
+        draw_step(srcs, cur, 300, seed=0)
+        got = [cur[s.name].positions - before[s.name] for s in srcs]
+        assert got[0] > 0, f"step {n}: source a not drawn at all"
+    assert abs(got[1] / got[0] - 3.0) < 0.35, got  # within a sequence or two of 1:3
+    assert [cur[s.name].weight for s in srcs] == [1.0, 3.0]
+
+
 def test_an_epoch_wraps_into_a_new_permutation(tmp_path):
     _ids(tmp_path / "a.npz", 10, 0)
     a = Source.load(str(tmp_path / "a.npz"), 64)
