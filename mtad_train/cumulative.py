@@ -47,6 +47,7 @@ import torch
 
 from mtad.engine.feature_head import FeatureHead, HeadSpec
 from mtad.engine.features import FINAL_NORM_TAP
+from mtad.engine.spec import HEAD_FILE_SUFFIXES
 from mtad.engine.subvocab import VOCAB_FILE
 from mtad.runs.atomic import append_line_atomic, write_atomic
 from mtad_train.head_train import (
@@ -802,8 +803,8 @@ def fork_arm(head_dir: Path, ckpt_dir: Path, out: Path) -> str:
     arm_head, arm_ckpt = out / "head", out / "ckpt"
     (arm_head / TRAINING_DIR).mkdir(parents=True)
     arm_ckpt.mkdir()
-    for f in head_dir.iterdir():  # what loading a head reads (as head_commands.head_folder)
-        if f.is_file() and f.suffix in (".json", ".safetensors"):
+    for f in head_dir.iterdir():
+        if f.is_file() and f.name.endswith(HEAD_FILE_SUFFIXES):
             shutil.copy2(f, arm_head / f.name)
     for name in (STATE_FILE, CURVE_FILE):
         if (head_dir / TRAINING_DIR / name).is_file():

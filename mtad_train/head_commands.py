@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from mtad.engine.features import FINAL_NORM_TAP
+from mtad.engine.spec import HEAD_FILE_SUFFIXES
 from mtad_train.config import (
     CompareCommand,
     CorpusCommand,
@@ -289,7 +290,7 @@ def head_folder(spec: str) -> Iterator[Path]:
         for line in git("ls-tree", rev, f"{folder}/").decode().splitlines()
         if line.split()[1] == "blob"
     ]
-    wanted = [n for n in names if n.endswith((".json", ".safetensors"))]
+    wanted = [n for n in names if n.endswith(HEAD_FILE_SUFFIXES)]
     if not wanted:
         raise ValueError(f"{spec}: no head files at {folder} in {rev}")
     with tempfile.TemporaryDirectory(prefix="head-") as tmp:

@@ -26,6 +26,8 @@ DRAFT_KINDS = ("model", "head")
 # ``kind: auto``: read from the folder before anything hashes the config (:func:`draft_kind`)
 KIND_CHOICES = (*DRAFT_KINDS, "auto")
 HEAD_CONFIG_FILE = "head_config.json"  # what makes a folder a feature head (feature_head.py)
+# the files of a head folder that loading it reads: its config, weights and sub-vocabulary
+HEAD_FILE_SUFFIXES = (".json", ".safetensors")
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 # The ModelSpec fields each loader reads (besides ``loader``); a field set to anything but its
 # default under a loader that ignores it is refused (mtad.harness.config), never dropped.
@@ -132,6 +134,7 @@ class WarpConfig:
 __all__ = [
     "DRAFT_KINDS",
     "HEAD_CONFIG_FILE",
+    "HEAD_FILE_SUFFIXES",
     "KIND_CHOICES",
     "DTYPE_NAMES",
     "LOADER_READS",
