@@ -51,6 +51,7 @@ from mtad.engine.spec import HEAD_FILE_SUFFIXES
 from mtad.engine.subvocab import VOCAB_FILE
 from mtad.runs.atomic import append_line_atomic, write_atomic
 from mtad_train.head_train import (
+    CKPT_FILE,
     HeadTrainConfig,
     SeqRef,
     column_map,
@@ -395,7 +396,7 @@ def lr_at(cfg: CumulativeConfig, warmup: int, step_in_session: int, elapsed_s: f
 def _load_local(folder: Path, committed: CumulativeState):
     """The local checkpoint when it descends from the committed export (it went on training
     from it, or it is the run that wrote it), else None."""
-    path = folder / "ckpt.pt"
+    path = folder / CKPT_FILE
     if not path.is_file():
         return None
     ck = torch.load(path, map_location="cpu", weights_only=False)
@@ -811,7 +812,7 @@ def fork_arm(head_dir: Path, ckpt_dir: Path, out: Path) -> str:
             shutil.copy2(head_dir / TRAINING_DIR / name, arm_head / TRAINING_DIR / name)
     local = _load_local(ckpt_dir, committed)
     if local is not None:
-        shutil.copy2(ckpt_dir / "ckpt.pt", arm_ckpt / "ckpt.pt")
+        shutil.copy2(ckpt_dir / CKPT_FILE, arm_ckpt / CKPT_FILE)
         write_cursor(arm_ckpt, local[1])
     if (ckpt_dir / TEACHER_DIR).is_dir():
         (arm_ckpt / TEACHER_DIR).symlink_to((ckpt_dir / TEACHER_DIR).resolve())

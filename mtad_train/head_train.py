@@ -469,18 +469,21 @@ class TrainState:
         return rec
 
 
+CKPT_FILE = "ckpt.pt"  # a training folder's checkpoint: weights, optimiser, state
+
+
 def save_checkpoint(
     folder: Path, head: FeatureHead, opt, state: TrainState, extra: dict[str, Any] | None = None
 ) -> None:
     """Weights, optimiser, state (and ``extra`` entries) as one file, replacing the last one
     only when complete."""
     ck = {"head": head.state_dict(), "opt": opt.state_dict(), "state": asdict(state)}
-    with writing(folder / "ckpt.pt") as f:
+    with writing(folder / CKPT_FILE) as f:
         torch.save({**ck, **(extra or {})}, f)
 
 
 def load_checkpoint(folder: Path, head: FeatureHead, opt) -> TrainState | None:
-    path = folder / "ckpt.pt"
+    path = folder / CKPT_FILE
     if not path.is_file():
         return None
     ck = torch.load(path, map_location="cpu", weights_only=False)
