@@ -245,14 +245,21 @@ class SourceCursor:
 
 
 def _reweigh(sources: Sequence[Source], cursor: dict[str, SourceCursor], live: list[int]) -> None:
-    """When a source's weight differs from the one its cursor was drawn at, put every live
-    source at the same level (positions per unit of its new weight), so the new shares hold
-    from this step on: without it a source whose weight grew would be drawn alone until its
-    level caught up with the others' (at 33M positions, tens of millions of positions later).
-    Records the weights drawn at; with the weights unchanged it moves nothing."""
+    """When a source's weight differs from the one its cursor was drawn at, or the live
+    sources' levels (positions per unit of weight) lie further apart than one draw can put
+    them, put every live source at the same level, so the shares hold from this step on:
+    without it a source whose weight grew would be drawn alone until its level caught up with
+    the others' (at 33M positions, tens of millions of positions later). The second test
+    catches what the first cannot see: a cursor written before weights were recorded (weight
+    0), whose session changed the weights (2026-12-06: 1:1:6 after 2:1:3 drew the on-policy
+    source alone). Drawing keeps the levels within one sequence of each other (the lowest is
+    drawn next), so with the weights unchanged it moves nothing. Records the weights drawn at."""
     curs = [(sources[i], cursor[sources[i].name]) for i in live]
-    if any(c.weight and c.weight != s.weight for s, c in curs):
-        top = max(c.level(s.weight) for s, c in curs)
+    levels = [c.level(s.weight) for s, c in curs]
+    one_draw = max(s.max_len / s.weight for s, _ in curs)
+    changed = any(c.weight and c.weight != s.weight for s, c in curs)
+    if changed or max(levels) - min(levels) > one_draw:
+        top = max(levels)
         for s, c in curs:
             c.offset = top * s.weight - c.positions
     for s, c in curs:

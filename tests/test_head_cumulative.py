@@ -102,6 +102,41 @@ def test_changed_weights_hold_from_the_next_step_and_unchanged_ones_move_nothing
     assert [cur[s.name].weight for s in srcs] == [1.0, 3.0]
 
 
+def test_a_cursor_without_weights_is_rebased_when_its_levels_are_apart(tmp_path):
+    """A cursor written before weights were recorded (weight 0) and drawn at 2:1, then drawn
+    at 1:3: the shares hold from the next step (it was drawing b alone until b's level caught
+    up); drawn on at 2:1 instead, nothing moves."""
+    _ids(tmp_path / "a.npz", 400, 0)
+    _ids(tmp_path / "b.npz", 400, 1)
+
+    def sources(wa: float, wb: float) -> list[Source]:
+        return [
+            Source.load(f"{tmp_path / 'a.npz'}={wa}", 64),
+            Source.load(f"{tmp_path / 'b.npz'}={wb}", 64),
+        ]
+
+    def legacy() -> dict[str, SourceCursor]:
+        cur: dict[str, SourceCursor] = {}
+        for _ in range(30):
+            draw_step(sources(2, 1), cur, 300, seed=0)
+        for c in cur.values():
+            c.weight = 0.0
+        return cur
+
+    same = legacy()
+    offsets = [c.offset for c in same.values()]
+    draw_step(sources(2, 1), same, 300, seed=0)
+    assert [c.offset for c in same.values()] == offsets
+    cur = legacy()
+    before = {k: v.positions for k, v in cur.items()}
+    srcs = sources(1, 3)
+    for n in range(1, 9):
+        draw_step(srcs, cur, 300, seed=0)
+        got = [cur[s.name].positions - before[s.name] for s in srcs]
+        assert got[0] > 0, f"step {n}: source a not drawn at all"
+    assert abs(got[1] / got[0] - 3.0) < 0.35, got
+
+
 def test_an_epoch_wraps_into_a_new_permutation(tmp_path):
     _ids(tmp_path / "a.npz", 10, 0)
     a = Source.load(str(tmp_path / "a.npz"), 64)
