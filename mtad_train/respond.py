@@ -66,6 +66,11 @@ class RespondCommand:
     shard_every_s: float = 900.0
     time_budget_s: float = opt(0.0, help="stop (writing a last shard) after this long; 0: never")
     max_items: int = opt(0, help="stop after this many pool items; 0: never")
+    passes: int = opt(
+        1,
+        help="how many times the pool is answered: pass k > 1 answers items first_item.. "
+        "again, sampled with fresh seeds (more on-policy data once the pool is used up)",
+    )
     ngram: int = 8
 
     def __post_init__(self) -> None:
@@ -73,6 +78,8 @@ class RespondCommand:
             raise ValueError("--batch-size and --max-new must be positive")
         if not 0.0 <= self.followup_frac < 1.0:
             raise ValueError("--followup-frac must be in [0, 1)")
+        if self.passes < 1:
+            raise ValueError("--passes must be at least 1")
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -139,7 +146,7 @@ def write_responses(
             break
         chunk = writer.next_chunk()
         if not chunk:
-            log("the pool is used up")
+            log(f"the pool is used up ({cfg.passes} pass(es); --passes N answers it again)")
             break
         chunk.sort(key=lambda x: len(x[1]))  # batches of similar length: little padding
         for b in range(0, len(chunk), cfg.batch_size):
@@ -171,7 +178,8 @@ class ResponseWriter:
         self.dtype = str(first.dtype).removeprefix("torch.")
         self.device = first.device.type
         self.grams, self.exact = eval_index(eval_texts, cfg.ngram)
-        self.seen = {tuple(s[:p].tolist()) for f in cfg.exclude for s, p in _prompts(f)}
+        self.excluded = {tuple(s[:p].tolist()) for f in cfg.exclude for s, p in _prompts(f)}
+        self.seen = set(self.excluded)  # the excluded prompts and this pass's so far
         self.manifest = read_manifest(self.out)
         self.manifest.setdefault("pool", pool_id)
         if self.manifest["pool"] != pool_id:
@@ -182,7 +190,12 @@ class ResponseWriter:
         self.cursor = self.first_item = self.start_item = int(
             self.manifest.get("next_item", cfg.first_item)
         )
-        log(f"respond: from pool item {self.cursor} of {len(items)}; config {cfg}")
+        # the cursor counts items over all passes: pass 1 is items [first_item, len(items)),
+        # each later pass the same items again (:meth:`item`)
+        self.pass_len = len(items) - min(cfg.first_item, len(items))
+        self.end = len(items) + (cfg.passes - 1) * self.pass_len
+        item, pass_ = self.item(self.cursor)
+        log(f"respond: from pool item {item} of {len(items)} (pass {pass_}); config {cfg}")
         self.rng = random.Random(f"{cfg.seed}:{self.cursor}")
         self.last_shard = time.monotonic()
         self.seqs: list[list[int]] = []
@@ -200,8 +213,11 @@ class ResponseWriter:
 
         cfg, tok, rng = self.cfg, self.tok, self.rng
         chunk: list[tuple[dict, list[int]]] = []
-        while len(chunk) < 4 * cfg.batch_size and self.cursor < len(self.items):
-            it = self.items[self.cursor]
+        while len(chunk) < 4 * cfg.batch_size and self.cursor < self.end:
+            index, pass_ = self.item(self.cursor)
+            if index == self.cfg.first_item and pass_ > 1:  # a new pass: its prompts again
+                self.seen = set(self.excluded)
+            it = self.items[index]
             self.cursor += 1
             p = encode_item(tok, it)
             if len(p) <= cfg.max_prompt_tokens and tuple(p) not in self.seen:
@@ -218,6 +234,13 @@ class ResponseWriter:
             if len(p) <= cfg.max_prompt_tokens:
                 chunk.append(({"kind": "followup", "messages": msgs}, p))
         return chunk
+
+    def item(self, cursor: int) -> tuple[int, int]:
+        """The pool index and the pass (from 1) of the cursor's item."""
+        if cursor < len(self.items):
+            return cursor, 1
+        k = cursor - len(self.items)
+        return self.cfg.first_item + k % self.pass_len, 2 + k // self.pass_len
 
     def respond_to(self, part: list[tuple[dict, list[int]]], seed: int) -> None:
         """The target's sampled responses to one batch, kept unless they overlap an

@@ -63,6 +63,28 @@ def test_shards_hold_prompt_and_response_and_a_rerun_goes_on(tmp_path, tiny):
     assert got == {tuple(encode_item(tok, it)) for it in items[16:32]}
 
 
+def test_a_second_pass_answers_the_same_prompts_again_with_fresh_samples(tmp_path, tiny):
+    target, tok = tiny
+    items = _items(20)
+    write_responses(_cfg(tmp_path, first_item=4), target, tok, items, {}, "pool-a", print)
+    once = json.loads((tmp_path / MANIFEST).read_text())
+    assert once["next_item"] == 20  # one pass: items 4-19, then the pool is used up
+    write_responses(_cfg(tmp_path, first_item=4, passes=2), target, tok, items, {}, "pool-a", print)
+    twice = json.loads((tmp_path / MANIFEST).read_text())
+    assert twice["next_item"] == 36 and twice["shards"][1]["items"] == [20, 36]
+    first, second = (read_ids(tmp_path / s["file"]) for s in twice["shards"])
+
+    def chats(ids) -> dict[tuple, tuple]:
+        return {
+            tuple(s[:p].tolist()): tuple(s[p:].tolist())
+            for s, p in zip(ids.seqs, ids.plens, strict=True)
+        }
+
+    a, b = chats(first), chats(second)
+    assert a.keys() == b.keys() == {tuple(encode_item(tok, it)) for it in items[4:]}
+    assert sum(a[k] != b[k] for k in a) >= len(a) // 2  # sampled afresh, not replayed
+
+
 def test_excluded_prompts_are_skipped(tmp_path, tiny):
     target, tok = tiny
     items = _items(8)
