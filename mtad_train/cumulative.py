@@ -78,13 +78,11 @@ class CumulativeConfig:
     """What a cumulative session trains with (read once at the command line)."""
 
     head: str = "assets/drafts/smollm2-head"  # the committed head folder (state of record)
-    sources: list[str] = field(
-        default_factory=lambda: [
-            "assets/drafts/smollm2-draft/data.npz=2",
-            "assets/drafts/smollm2-head/corpus.npz=1",
-            "assets/drafts/smollm2-head/onpolicy=3",
-        ]
-    )  # PATH=WEIGHT: committed ids (a file, or a folder of shards); weight = share of positions
+    # PATH=WEIGHT: committed ids (a file, or a folder of shards); weight = share of positions.
+    # The target's own responses alone since 2026-12-06 (step 9679): against 2:1:3 with
+    # data.npz and corpus.npz +0.0028 [+0.0020, +0.0036] at depth 1, against 1:1:6 +0.0006
+    # [+0.0000, +0.0012] (250-step A/Bs, assets/drafts/smollm2-head/notes.md)
+    sources: list[str] = field(default_factory=lambda: ["assets/drafts/smollm2-head/onpolicy=1"])
     eval_data: str = "assets/evalsets/smollm2-heldout.npz"
     eval_features: str = ".dev/head/features/heldout"  # cache, rebuilt when absent (float32)
     ckpt_dir: str = ".dev/head/cumulative"
