@@ -44,6 +44,14 @@ def _ids(path: Path, n: int, seed: int, length: tuple[int, int] = (12, 40)) -> N
     np.savez(path, tokens=toks, lens=lens, plens=plens, kinds=np.array(["x"] * n))
 
 
+def _ab(tmp_path: Path, wa: float, wb: float) -> list[Source]:
+    """Sources a.npz and b.npz under ``tmp_path`` at weights ``wa`` and ``wb``."""
+    return [
+        Source.load(f"{tmp_path / 'a.npz'}={wa}", 64),
+        Source.load(f"{tmp_path / 'b.npz'}={wb}", 64),
+    ]
+
+
 def test_draw_step_keeps_each_source_at_its_weight_and_is_deterministic(tmp_path):
     _ids(tmp_path / "a.npz", 200, 0)
     _ids(tmp_path / "b.npz", 200, 1)
@@ -80,20 +88,14 @@ def test_changed_weights_hold_from_the_next_step_and_unchanged_ones_move_nothing
     _ids(tmp_path / "a.npz", 400, 0)
     _ids(tmp_path / "b.npz", 400, 1)
 
-    def sources(wa: float, wb: float) -> list[Source]:
-        return [
-            Source.load(f"{tmp_path / 'a.npz'}={wa}", 64),
-            Source.load(f"{tmp_path / 'b.npz'}={wb}", 64),
-        ]
-
     cur: dict[str, SourceCursor] = {}
     for _ in range(20):
-        draw_step(sources(2, 1), cur, 300, seed=0)
+        draw_step(_ab(tmp_path, 2, 1), cur, 300, seed=0)
     for _ in range(5):
-        draw_step(sources(2, 1), cur, 300, seed=0)
+        draw_step(_ab(tmp_path, 2, 1), cur, 300, seed=0)
     assert [(v.offset, v.weight) for v in cur.values()] == [(0.0, 2.0), (0.0, 1.0)]
     before = {k: v.positions for k, v in cur.items()}
-    srcs = sources(1, 3)
+    srcs = _ab(tmp_path, 1, 3)
     for n in range(1, 9):
         draw_step(srcs, cur, 300, seed=0)
         got = [cur[s.name].positions - before[s.name] for s in srcs]
@@ -109,27 +111,21 @@ def test_a_cursor_without_weights_is_rebased_when_its_levels_are_apart(tmp_path)
     _ids(tmp_path / "a.npz", 400, 0)
     _ids(tmp_path / "b.npz", 400, 1)
 
-    def sources(wa: float, wb: float) -> list[Source]:
-        return [
-            Source.load(f"{tmp_path / 'a.npz'}={wa}", 64),
-            Source.load(f"{tmp_path / 'b.npz'}={wb}", 64),
-        ]
-
     def legacy() -> dict[str, SourceCursor]:
         cur: dict[str, SourceCursor] = {}
         for _ in range(30):
-            draw_step(sources(2, 1), cur, 300, seed=0)
+            draw_step(_ab(tmp_path, 2, 1), cur, 300, seed=0)
         for c in cur.values():
             c.weight = 0.0
         return cur
 
     same = legacy()
     offsets = [c.offset for c in same.values()]
-    draw_step(sources(2, 1), same, 300, seed=0)
+    draw_step(_ab(tmp_path, 2, 1), same, 300, seed=0)
     assert [c.offset for c in same.values()] == offsets
     cur = legacy()
     before = {k: v.positions for k, v in cur.items()}
-    srcs = sources(1, 3)
+    srcs = _ab(tmp_path, 1, 3)
     for n in range(1, 9):
         draw_step(srcs, cur, 300, seed=0)
         got = [cur[s.name].positions - before[s.name] for s in srcs]
