@@ -242,6 +242,10 @@ def test_two_sessions_on_wiped_disks_continue_the_uninterrupted_data_stream(tmp_
     assert rows[0]["positions"] < rows[1]["positions"] == b.positions
     assert [s["steps_at_start"] for s in b.sessions] == [0, 3]
     assert b.sessions[1]["export_at_start"] == first_export != b.export
+    # each session names its recipe: the data and the objective it trained with
+    recipe = b.sessions[1]["recipe"]
+    assert recipe["depths"] == 2 and recipe["tokens_per_step"] == 160
+    assert recipe["sources"][0].endswith("ids.npz=1") and "reg_weight" in recipe
 
 
 def test_a_session_killed_mid_run_resumes_from_its_last_export_on_a_wiped_disk(
