@@ -94,8 +94,13 @@ class CumulativeConfig:
     tokens_per_step: int = 8192
     micro_tokens: int = 2048
     max_len: int = 1024  # longer sequences are cut (teacher and head alike)
-    kl_weight: float = 0.3
-    overlap_weight: float = 0.3
+    # the warped overlap (the acceptance itself) weighted up against the KL since 2026-12-06:
+    # overlap 1.0 against 0.3 (KL 0.3) +0.0023 [+0.0018, +0.0031] / +0.0035 [+0.0030, +0.0043]
+    # at depths 1 / 4 (from step 12099), then KL 0.1 against 0.3 +0.0010 [+0.0002, +0.0018] /
+    # +0.0032 [+0.0024, +0.0041] (from step 12349), then KL 0.03 against 0.1 +0.0002 [-0.0003,
+    # +0.0008] / +0.0021 [+0.0014, +0.0028] (from step 12599; 250-step A/Bs, notes.md)
+    kl_weight: float = 0.03
+    overlap_weight: float = 1.0
     # no regression on the target's final state since 2026-12-06 (step 11122), as EAGLE-3 (Li
     # et al. 2025) drops it: weight 0.1 against 1.0 +0.0011 [+0.0007, +0.0014] / +0.0023
     # [+0.0018, +0.0028] at depths 1 / 4, then 0 against 0.1 +0.0001 / +0.0003 (250-step A/Bs)
@@ -109,13 +114,13 @@ class CumulativeConfig:
     time_budget_s: float = 0.0  # stop (and export) after this many seconds; 0: never
     max_steps: int = 0  # stop after this many steps in this session; 0: never
     ckpt_every_s: float = 300.0  # local checkpoint; 0: only with an export
-    # the weights exported are an exponential moving average of the trained ones with this
-    # decay per step (0: the trained weights themselves); the curve row holds both's held-out
-    ema_decay: float = 0.98
-    # a slower average kept beside it (0: none); an export scores both on the held-out
-    # responses and exports the better (pooled over kinds, mean over depths): a blend of two
-    # exports 3.4M positions apart scored above either (notes.md, 2026-12-05)
-    slow_ema_decay: float = 0.995
+    # the weights exported are exponential moving averages of the trained ones (Polyak
+    # averaging), one per decay per step; an export scores each on the held-out responses and
+    # exports the best (pooled over kinds, mean over depths); none: the trained weights. Under
+    # the constant rate the trained weights stayed at ~0.552 (mean over depths) from 89.9M to
+    # 98.0M positions while the averages rose, the slower one faster (0.98: 0.571 -> 0.576,
+    # 0.995: 0.575 -> 0.583): hence a third, slower one since 2026-12-06 (curve.jsonl)
+    ema_decays: list[float] = field(default_factory=lambda: [0.98, 0.995, 0.999])
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
     # the last cooldown_s seconds of time_budget_s take the learning rate down to 0 (1 - sqrt
     # of the cooldown's progress: Hagele et al. 2024, "Scaling Laws and Compute-Optimal
@@ -127,11 +132,10 @@ class CumulativeConfig:
     teacher_cache: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("ema_decay", "slow_ema_decay"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if self.slow_ema_decay and self.slow_ema_decay == self.ema_decay:
-            raise ValueError("slow_ema_decay must differ from ema_decay (0: no second average)")
+        if not all(0.0 <= d < 1.0 for d in self.ema_decays):
+            raise ValueError(f"ema_decays must be in [0, 1), got {self.ema_decays!r}")
+        if len(set(self.ema_decays)) != len(self.ema_decays):
+            raise ValueError(f"ema_decays must differ, got {self.ema_decays!r}")
         if self.cooldown_s < 0 or (self.cooldown_s and not self.time_budget_s):
             raise ValueError("cooldown_s needs a time_budget_s to end at (and must be >= 0)")
 
@@ -150,8 +154,7 @@ class CumulativeConfig:
         "feature_rms",
         "prompt_weight",
         "topk",
-        "ema_decay",
-        "slow_ema_decay",
+        "ema_decays",
         "cooldown_s",
     )
 
@@ -615,21 +618,20 @@ def fill_ahead(
 def weight_averages(
     head: FeatureHead, cfg: CumulativeConfig, saved: dict[str, Any] | None
 ) -> list[WeightAverage]:
-    """The moving averages a session keeps: ``cfg.ema_decay``'s and, beside it, the slower
-    ``cfg.slow_ema_decay``'s; each resumed from the local checkpoint (a slow average missing
-    there starts from the fast one's), else from the weights the session starts from."""
+    """The moving averages a session keeps, one per ``cfg.ema_decays``, each resumed from the
+    local checkpoint's average of its decay; one missing there (a decay added since) starts
+    from the saved average of the nearest decay, else from the weights the session starts from."""
     saved = saved or {}
-    if not cfg.ema_decay:
-        return []
-    averages = [WeightAverage(head, cfg.ema_decay, saved.get("ema"), key="ema")]
-    if cfg.slow_ema_decay:
-        slow = saved.get("ema_slow") or saved.get("ema")
-        averages.append(WeightAverage(head, cfg.slow_ema_decay, slow, key="ema_slow"))
+    averages = []
+    for decay in cfg.ema_decays:
+        key = WeightAverage.key_of(decay)
+        nearest = min(saved, key=lambda k: abs(WeightAverage.decay_of(k) - decay), default=None)
+        averages.append(WeightAverage(head, decay, saved.get(key, saved.get(nearest))))
     return averages
 
 
 def _extra(averages: Sequence[WeightAverage]) -> dict[str, Any] | None:
-    return {a.key: a.avg for a in averages} or None
+    return {a.label: a.avg for a in averages} or None
 
 
 def _resume(
@@ -646,7 +648,8 @@ def _resume(
         head.load_state_dict(ck["head"])
         opt.load_state_dict(ck["opt"])
         log(f"resumed the local checkpoint: step {state.steps}, {state.positions} positions")
-        return state, {k: ck[k] for k in ("ema", "ema_slow") if ck.get(k) is not None}
+        averages = {k: v for k, v in ck.items() if WeightAverage.is_key(k) and v is not None}
+        return state, averages
     if (head_dir / WEIGHTS_FILE).is_file():
         load_head_weights(head, head_dir)
     log(f"resumed the committed head: step {committed.steps}, {committed.positions} positions")
@@ -715,20 +718,29 @@ class WeightAverage:
     in held-out acceptance at every depth); their average is close to what an annealed
     schedule would give, with no schedule to restart per session."""
 
+    KEY_PREFIX = "ema "  # a key of the local checkpoint, and the average's name in the curve
+
     def __init__(
-        self,
-        head: FeatureHead,
-        decay: float,
-        avg: dict[str, torch.Tensor] | None = None,
-        key: str = "ema",
+        self, head: FeatureHead, decay: float, avg: dict[str, torch.Tensor] | None = None
     ) -> None:
         self.decay = decay
-        self.key = key  # its name in the local checkpoint
-        self.label = f"ema {decay}"  # its name in the curve
+        self.label = self.key_of(decay)
         params = dict(head.named_parameters())
         self.names = [n for n, p in params.items() if p.requires_grad]
         fresh = {n: params[n].detach().float().clone() for n in self.names}
         self.avg = {n: avg[n].float().clone() for n in self.names} if avg else fresh
+
+    @classmethod
+    def key_of(cls, decay: float) -> str:
+        return f"{cls.KEY_PREFIX}{decay}"
+
+    @classmethod
+    def is_key(cls, key: str) -> bool:
+        return key.startswith(cls.KEY_PREFIX)
+
+    @classmethod
+    def decay_of(cls, key: str) -> float:
+        return float(key.removeprefix(cls.KEY_PREFIX))
 
     @torch.no_grad()
     def update(self, head: FeatureHead) -> None:

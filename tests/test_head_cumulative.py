@@ -484,7 +484,7 @@ def _moved_head_with_two_averages():
     target = build_tiny_model("llama", "target", vocab_size=320, seed=3).eval()
     spec = HeadSpec(taps=[-1], fuse=False, final_norm=False)
     head = FeatureHead.from_target(target, spec)
-    averages = weight_averages(head, CumulativeConfig(ema_decay=0.5, slow_ema_decay=0.9), None)
+    averages = weight_averages(head, CumulativeConfig(ema_decays=[0.5, 0.9]), None)
     name = averages[0].names[0]
     param = dict(head.named_parameters())[name]
     start = param.detach().clone()
@@ -493,6 +493,28 @@ def _moved_head_with_two_averages():
     for a in averages:
         a.update(head)
     return target, spec, head, averages, name, param, start
+
+
+def test_averages_resume_by_decay_and_a_new_decay_starts_from_the_nearest():
+    """A checkpoint's averages are found by their decay; a decay added since starts from the
+    saved average of the nearest decay, and with nothing saved all start from the weights."""
+    import torch
+
+    from mtad_train.cumulative import CumulativeConfig, WeightAverage, weight_averages
+
+    _, _, head, moved, name, param, start = _moved_head_with_two_averages()
+    saved = {a.label: a.avg for a in moved}  # "ema 0.5": start + 0.5, "ema 0.9": start + 0.1
+    cfg = CumulativeConfig(ema_decays=[0.9, 0.5, 0.999])
+    resumed = weight_averages(head, cfg, saved)
+    assert [a.label for a in resumed] == ["ema 0.9", "ema 0.5", "ema 0.999"]
+    assert all(WeightAverage.is_key(a.label) for a in resumed)
+    torch.testing.assert_close(resumed[0].avg[name], start + 0.1)
+    torch.testing.assert_close(resumed[1].avg[name], start + 0.5)
+    torch.testing.assert_close(resumed[2].avg[name], start + 0.1)  # from 0.9's, the nearest
+    fresh = weight_averages(head, cfg, None)
+    for a in fresh:
+        torch.testing.assert_close(a.avg[name], param.detach().float())
+    assert weight_averages(head, CumulativeConfig(ema_decays=[]), saved) == []
 
 
 def test_an_export_scores_both_averages_and_exports_the_better(tmp_path):
@@ -579,10 +601,10 @@ def test_an_export_takes_the_trained_weights_when_they_score_best(tmp_path):
     torch.testing.assert_close(exported, param.detach().bfloat16().to(exported.dtype))
 
 
-def test_the_two_averages_must_differ():
+def test_the_averages_must_differ_and_decay():
     from mtad_train.cumulative import CumulativeConfig
 
-    with pytest.raises(ValueError, match="slow_ema_decay must differ"):
-        CumulativeConfig(ema_decay=0.98, slow_ema_decay=0.98)
-    with pytest.raises(ValueError, match="ema_decay must be in"):
-        CumulativeConfig(ema_decay=1.0)
+    with pytest.raises(ValueError, match="ema_decays must differ"):
+        CumulativeConfig(ema_decays=[0.98, 0.98])
+    with pytest.raises(ValueError, match="ema_decays must be in"):
+        CumulativeConfig(ema_decays=[0.98, 1.0])
