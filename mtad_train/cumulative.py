@@ -623,10 +623,9 @@ def weight_averages(
     from the saved average of the nearest decay, else from the weights the session starts from."""
     saved = saved or {}
     averages = []
-    for decay in cfg.ema_decays:
-        key = WeightAverage.key_of(decay)
+    for decay in cfg.ema_decays:  # the nearest saved decay: its own when it was saved
         nearest = min(saved, key=lambda k: abs(WeightAverage.decay_of(k) - decay), default=None)
-        averages.append(WeightAverage(head, decay, saved.get(key, saved.get(nearest))))
+        averages.append(WeightAverage(head, decay, saved.get(nearest)))
     return averages
 
 
