@@ -34,10 +34,7 @@ import torch
 
 from mtad.engine.features import FINAL_NORM_TAP, FeatureTap
 from mtad.runs.atomic import write_atomic
-from mtad_train.head_train import bucketed, row_top_lse
-
-PAD_LOGP = -30.0  # the log-probability of padded top-k cells (as stored shards are collated)
-
+from mtad_train.head_train import PAD_LOGP, bucketed, row_top_lse
 
 # The layers a head reads unless it names others: the final normed state alone (EAGLE-1/2).
 FINAL_ONLY: tuple[int, ...] = (FINAL_NORM_TAP,)

@@ -336,6 +336,42 @@ def test_final_norm_tap_reads_what_the_logits_head_reads(tiny_target):
     warp_logprobs(logits[0], WarpConfig(1.0, 10, 0.9))  # a well-formed distribution
 
 
+@pytest.mark.parametrize("autocast", [False, True])
+def test_the_training_loss_and_gradient_do_not_depend_on_the_logits_padding(
+    tiny_target, monkeypatch, autocast
+):
+    """``step_loss`` pads each depth's logits rows to a bucket and scores the padding too: the
+    loss, its per-depth sums and the gradient equal those of rows left unpadded (bucket 1)."""
+    from mtad_train import head_train
+
+    head = random_head(tiny_target, vocab_ids=torch.arange(0, 320, 3)).train()
+    gen = torch.Generator().manual_seed(4)
+    b, n, k = 3, 21, 20
+    tokens = torch.randint(0, 320, (b, n), generator=gen)
+    d = tiny_target.config.hidden_size
+    feats = torch.randn(b, n, len(TAPS), d, generator=gen).to(torch.bfloat16)
+    t_logp, t_ids = torch.randn(b, n, 320, generator=gen).mul(3).log_softmax(-1).topk(k, dim=-1)
+    w = (torch.rand(b, n, generator=gen) < 0.8).float()
+    batch = {"tokens": tokens, "feats": feats, "ids": t_ids, "logp": t_logp, "w": w}
+    cfg = head_train.HeadTrainConfig(depths=3, autocast=autocast, kl_weight=0.3)
+    cols = head_train.column_map(head.vocab_ids, head.vocab_size)
+    results, bucket_used = [], head_train.SHAPE_BUCKET
+    for bucket in (bucket_used, 1):
+        monkeypatch.setattr(head_train, "SHAPE_BUCKET", bucket)
+        head.zero_grad(set_to_none=True)
+        total, stats = head_train.step_loss(head, batch, cfg, cols)
+        total.backward()
+        results.append((total.detach(), stats, [p.grad.clone() for p in head.parameters()]))
+    (padded, padded_stats, padded_grads), (plain, plain_stats, plain_grads) = results
+    assert int(w.sum()) % bucket_used  # the padded run did pad
+    torch.testing.assert_close(padded, plain)
+    for key in plain_stats:
+        torch.testing.assert_close(torch.tensor(padded_stats[key]), torch.tensor(plain_stats[key]))
+    assert sum(float(g.abs().sum()) for g in plain_grads) > 0
+    for got, want in zip(padded_grads, plain_grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
 # ----------------------------------------------------------------- training, resumed after a kill
 
 TRAIN_SCRIPT = r"""
