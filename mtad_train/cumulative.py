@@ -69,6 +69,10 @@ CURVE_FILE = "curve.jsonl"
 WEIGHTS_FILE = "model.safetensors"
 TEACHER_DIR = "teacher"  # under ckpt_dir: the teacher cache
 CURSOR_FILE = "cursor.json"  # under ckpt_dir: the running session's cursor, every step
+# under ckpt_dir, optional: the torch threads from the next step on (one integer), so a session
+# hands the training the other core when that core is free and takes it back (2 threads: 1.70x
+# a step of one on the Intel Xeon, bf16, the teacher cached; .dev scratch timing, notes.md)
+THREADS_FILE = "threads"
 NEXT_WEIGHTS_FILE = "model.next.safetensors"  # an export's weights until its state is written
 TRAINED = "trained"  # the curve's name for the trained weights (beside the averages' labels)
 
@@ -110,7 +114,7 @@ class CumulativeConfig:
     teacher_dtype: str = "auto"  # auto: bfloat16 on a CPU with native bfloat16, else float32
     topk: int = 20
     seed: int = 0
-    threads: int = 1
+    threads: int = 1  # torch threads until <ckpt_dir>/threads says otherwise (THREADS_FILE)
     time_budget_s: float = 0.0  # stop (and export) after this many seconds; 0: never
     max_steps: int = 0  # stop after this many steps in this session; 0: never
     ckpt_every_s: float = 300.0  # local checkpoint; 0: only with an export
@@ -483,6 +487,10 @@ def run_session(
     steps_here = 0
     stop_asked = stop_on_term(log)
     while True:
+        threads = requested_threads(ckpt)
+        if threads and threads != torch.get_num_threads():
+            log(f"{threads} torch threads from step {state.steps + 1} ({ckpt / THREADS_FILE})")
+            torch.set_num_threads(threads)
         t0 = time.perf_counter()
         lr = lr_at(cfg, warmup, steps_here, time.monotonic() - started)
         batches = _next_batches(cfg, teacher, sources, state)
@@ -530,6 +538,16 @@ def write_cursor(ckpt: Path, state: CumulativeState) -> None:
     (:func:`fill_ahead`); not a resume point (the checkpoint and the export are)."""
     cursor = {k: asdict(v) for k, v in state.cursor.items()}
     write_atomic(ckpt / CURSOR_FILE, json.dumps({"steps": state.steps, "cursor": cursor}))
+
+
+def requested_threads(ckpt: Path) -> int | None:
+    """The torch threads ``<ckpt>/threads`` asks for (:data:`THREADS_FILE`); None when the file
+    is absent or holds anything but a positive integer (the training goes on as it was)."""
+    try:
+        n = int((ckpt / THREADS_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return n if n > 0 else None
 
 
 def stop_on_term(log: Callable[[str], None]) -> Callable[[], bool]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from in_process import run_script_here
 
 from mtad_train.cumulative import (
@@ -24,6 +25,7 @@ from mtad_train.cumulative import (
     CURVE_FILE,
     STATE_FILE,
     TEACHER_DIR,
+    THREADS_FILE,
     TRAINING_DIR,
     WEIGHTS_FILE,
     Source,
@@ -31,6 +33,7 @@ from mtad_train.cumulative import (
     draw_step,
     fork_arm,
     read_state,
+    requested_threads,
 )
 
 SAVE_FAULT = Path(__file__).parent / "save_fault.py"
@@ -246,6 +249,26 @@ def test_two_sessions_on_wiped_disks_continue_the_uninterrupted_data_stream(tmp_
     recipe = b.sessions[1]["recipe"]
     assert recipe["depths"] == 2 and recipe["tokens_per_step"] == 160
     assert recipe["sources"][0].endswith("ids.npz=1") and "reg_weight" in recipe
+
+
+def test_the_threads_file_sets_the_trainings_threads_from_the_next_step(tmp_path, head_folder):
+    folder, script = head_folder
+    ckpt = tmp_path / "ck"
+    ckpt.mkdir()
+    assert requested_threads(ckpt) is None  # no file: the session's own threads
+    for text in ("0", "-1", "two", ""):
+        (ckpt / THREADS_FILE).write_text(text)
+        assert requested_threads(ckpt) is None
+    (ckpt / THREADS_FILE).write_text("2\n")
+    assert requested_threads(ckpt) == 2
+    before = torch.get_num_threads()
+    try:
+        log = _session(script, folder, ckpt, 2)  # in this process: the session sets 1 first
+        during = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert f"2 torch threads from step 1 ({ckpt / THREADS_FILE})" in log
+    assert during == 2 and log.count("torch threads from step") == 1
 
 
 def test_a_session_killed_mid_run_resumes_from_its_last_export_on_a_wiped_disk(

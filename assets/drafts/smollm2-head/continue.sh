@@ -11,8 +11,14 @@
 # (train_head.py teacher): the training then runs the head only, ~2x the steps per hour
 # (11.5 s a step of 8,192 positions against ~23 s on the Intel Xeon, bf16). Niced, it takes
 # what the session's other work leaves of the other core; it stops with the training.
+#
+# When the other core is free (the teacher cached ahead, nothing else to run), hand it to the
+# training: `echo 2 > .dev/head/cumulative/threads` (read before each step; 1.70x a step on the
+# Intel Xeon); `echo 1 > ...` gives it back. At the real-time priority below, two threads leave
+# other work ~5% of the machine. Each session starts at one thread (the file is removed).
 cd "$(dirname "$0")/../../.." || exit 1
 mkdir -p .dev/head/cumulative
+rm -f .dev/head/cumulative/threads
 # The allocator: glibc kept from fresh mappings, torch's transparent huge pages (the file says
 # why; `python -m bench.head_train_step` measures it: ~1.2x a step here).
 set -a
