@@ -111,6 +111,7 @@ class CumulativeConfig:
     reg_weight: float = 0.0
     feature_rms: float = 2.0
     prompt_weight: float = 0.1
+    prompt_sampled: bool = False  # HeadTrainConfig.prompt_sampled
     teacher_dtype: str = "auto"  # auto: bfloat16 on a CPU with native bfloat16, else float32
     topk: int = 20
     seed: int = 0
@@ -157,6 +158,7 @@ class CumulativeConfig:
         "reg_weight",
         "feature_rms",
         "prompt_weight",
+        "prompt_sampled",
         "topk",
         "ema_decays",
         "cooldown_s",
@@ -174,6 +176,7 @@ class CumulativeConfig:
             tokens_per_step=self.tokens_per_step,
             micro_tokens=self.micro_tokens,
             prompt_weight=self.prompt_weight,
+            prompt_sampled=self.prompt_sampled,
             overlap_weight=self.overlap_weight,
             kl_weight=self.kl_weight,
             reg_weight=self.reg_weight,

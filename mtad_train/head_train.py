@@ -59,6 +59,11 @@ class HeadTrainConfig:
     tokens_per_step: int = 8192
     micro_tokens: int = 2048
     prompt_weight: float = 0.1  # loss weight of prompt positions (responses: 1)
+    # score each prompt position with probability prompt_weight at weight 1 instead of all of
+    # them at prompt_weight: the same expected loss and gradient in a fraction of the logits'
+    # rows (the prompts are 46% of the on-policy positions; rows that are not scored cost the
+    # unrolled layer only, not the logits head over the sub-vocabulary and its loss)
+    prompt_sampled: bool = opt(False, help="prompt positions scored at rate prompt_weight")
     overlap_weight: float = 1.0
     kl_weight: float = 1.0
     # smooth-L1 regression of the head's output on the target's final normed state at the same
@@ -174,6 +179,7 @@ def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[s
     ids = torch.zeros(b, L, k, dtype=torch.long)
     logp = torch.full((b, L, k), PAD_LOGP)
     w = torch.zeros(b, L)
+    prompt = torch.zeros(b, L, dtype=torch.bool)
     for r, s in enumerate(seqs):
         n = len(s["tokens"])
         tokens[r, :n] = torch.from_numpy(s["tokens"])
@@ -182,9 +188,10 @@ def collate(data: ShardData, refs: list[SeqRef], prompt_weight: float) -> dict[s
         logp[r, :n] = torch.from_numpy(s["logp"])
         p = s["plen"]
         w[r, : max(p - 1, 0)] = prompt_weight
+        prompt[r, : max(p - 1, 0)] = True
         w[r, max(p - 1, 0) : n - 1] = 1.0
     # feats: [b, L, taps, d], the layers the data was asked for (ShardData.taps)
-    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w}
+    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w, "prompt": prompt}
 
 
 def column_map(vocab_ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor | None:
@@ -372,8 +379,13 @@ def step_loss(
 
     Depths >= 2 score a random ``deep_fraction`` of their positions (weighted up by its
     inverse, so the loss stays unbiased): the logits head over the sub-vocabulary is most of a
-    step's cost, and deeper depths then cost a fraction of depth 1."""
+    step's cost, and deeper depths then cost a fraction of depth 1. With ``prompt_sampled``,
+    prompt positions likewise: each scored with probability ``prompt_weight`` at weight 1, the
+    same positions at every depth."""
     w_all = batch["w"]
+    if cfg.prompt_sampled and 0.0 < cfg.prompt_weight < 1.0:
+        drawn = torch.rand(w_all.shape, generator=gen) < cfg.prompt_weight
+        w_all = torch.where(batch["prompt"], drawn.to(w_all.dtype), w_all)
     L = w_all.shape[1]
     taps = head.spec.taps
     if batch["feats"].shape[2] != len(taps):

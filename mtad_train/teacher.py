@@ -82,8 +82,8 @@ def assemble_batch(
     """The micro-batch :func:`mtad_train.head_train.step_loss` reads, as
     :func:`mtad_train.head_train.collate` builds it from stored shards: right-padded tokens,
     features ``[b, L, 1, d]`` (one "tap": the final normed state), top-k ids and
-    log-probabilities, and per-position loss weights (``prompt_weight`` on the prompt, 1 on
-    the response, 0 on the last position and the padding)."""
+    log-probabilities, per-position loss weights (``prompt_weight`` on the prompt, 1 on the
+    response, 0 on the last position and the padding) and the prompt's positions."""
     b, width = len(seqs), bucketed(max(len(s) for s in seqs))
     taps, d, k = *signals[0].feats.shape[-2:], signals[0].ids.shape[-1]
     tokens = torch.full((b, width), pad_id, dtype=torch.long)
@@ -91,6 +91,7 @@ def assemble_batch(
     ids = torch.zeros(b, width, k, dtype=torch.long)
     logp = torch.full((b, width, k), PAD_LOGP)
     w = torch.zeros(b, width)
+    prompt = torch.zeros(b, width, dtype=torch.bool)
     for r, (s, p, sig) in enumerate(zip(seqs, plens, signals, strict=True)):
         n = len(s)
         tokens[r, :n] = torch.from_numpy(s.astype(np.int64))
@@ -98,8 +99,9 @@ def assemble_batch(
         ids[r, :n] = sig.ids
         logp[r, :n] = sig.logp.float()
         w[r, : max(p - 1, 0)] = prompt_weight
+        prompt[r, : max(p - 1, 0)] = True
         w[r, max(p - 1, 0) : n - 1] = 1.0
-    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w}
+    return {"tokens": tokens, "feats": feats, "ids": ids, "logp": logp, "w": w, "prompt": prompt}
 
 
 def cache_key(

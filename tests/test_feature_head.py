@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from stats import chi2_critical
@@ -503,3 +504,44 @@ def test_head_training_killed_and_resumed_reaches_the_uninterrupted_weights(
     first = torch.load(full / "ckpt.pt", weights_only=False)["state"]["history"][0]
     last = torch.load(full / "ckpt.pt", weights_only=False)["state"]["history"][-1]
     assert last["kl"][0] < first["kl"][0]  # it learned something
+
+
+def test_sampled_prompt_positions_give_the_same_expected_loss_in_fewer_rows(tiny_target):
+    """``prompt_sampled``: each prompt position scored with probability ``prompt_weight`` at
+    weight 1. Over seeded draws the mean loss is the loss of every prompt position at
+    ``prompt_weight`` (within 4 standard errors), and about that fraction of prompt rows is
+    scored."""
+    from mtad_train import head_train
+    from mtad_train.teacher import TeacherSignal, assemble_batch
+
+    head = random_head(tiny_target, vocab_ids=torch.arange(0, 320, 3)).train()
+    gen = torch.Generator().manual_seed(5)
+    lens, plens, d = [30, 24, 17], [18, 10, 9], tiny_target.config.hidden_size
+    seqs = [torch.randint(0, 320, (n,), generator=gen).numpy() for n in lens]
+    signals = []
+    for n in lens:
+        logp, ids = torch.randn(n, 320, generator=gen).mul(3).log_softmax(-1).topk(20, dim=-1)
+        feats = torch.randn(n, len(TAPS), d, generator=gen).to(torch.bfloat16)
+        signals.append(TeacherSignal(feats, ids, logp.to(torch.float16)))
+    batch = assemble_batch(seqs, plens, signals, prompt_weight=0.25)
+    assert int(batch["prompt"].sum()) == sum(p - 1 for p in plens)
+    full_cfg = head_train.HeadTrainConfig(depths=2, prompt_weight=0.25, autocast=False)
+    sampled_cfg = head_train.HeadTrainConfig(
+        depths=2, prompt_weight=0.25, prompt_sampled=True, autocast=False
+    )
+    cols = head_train.column_map(head.vocab_ids, head.vocab_size)
+    with torch.no_grad():
+        want, full_stats = head_train.step_loss(head, batch, full_cfg, cols)
+        draws, rows = [], []
+        for seed in range(400):
+            total, stats = head_train.step_loss(
+                head, batch, sampled_cfg, cols, torch.Generator().manual_seed(seed)
+            )
+            draws.append(float(total))
+            rows.append(stats["w"][0])
+    mean, se = float(np.mean(draws)), float(np.std(draws, ddof=1)) / len(draws) ** 0.5
+    assert se > 0 and abs(mean - float(want)) < 4 * se, (mean, float(want), se)
+    # depth 1's scored weight: every response row at 1, on average a quarter of the prompt rows
+    responses = sum(n - p for n, p in zip(lens, plens, strict=True))
+    assert abs(np.mean(rows) - full_stats["w"][0]) < 0.05 * full_stats["w"][0]
+    assert min(rows) >= responses
