@@ -16,26 +16,32 @@
 # training: `echo 2 > .dev/head/cumulative/threads` (read before each step; 1.70x a step on the
 # Intel Xeon); `echo 1 > ...` gives it back. At the real-time priority below, two threads leave
 # other work ~5% of the machine. Each session starts at one thread (the file is removed).
-cd "$(dirname "$0")/../../.." || exit 1
-mkdir -p .dev/head/cumulative
-rm -f .dev/head/cumulative/threads
-# The allocator: glibc kept from fresh mappings, torch's transparent huge pages (the file says
-# why; `python -m bench.head_train_step` measures it: ~1.2x a step here).
-set -a
-. scripts/lean_allocator.env
-set +a
-# One core for training whatever else runs: nice alone did not hold it here (the training got
-# ~40% of a core beside four niced jobs, kernel 6.18); a round-robin real-time priority does
-# (~95%; the kernel's RT throttling leaves the core 5% for others). Needs root; else plain.
-run=(.venv/bin/python)
-if [ "$(id -u)" = 0 ] && command -v chrt > /dev/null; then run=(chrt -r 5 .venv/bin/python); fi
-nice -n 10 .venv/bin/python scripts/train_head.py teacher --threads 1 \
-  >> .dev/head/cumulative/teacher.stdout 2>&1 &
-teacher=$!
-trap 'kill -TERM "$teacher" 2> /dev/null' EXIT
-trap 'kill -TERM "$trainer" 2> /dev/null' TERM INT
-"${run[@]}" scripts/train_head.py cumulative --threads 1 \
-  --time-budget-s "${1:-7200}" --export-every-s "${2:-2400}" >> .dev/head/cumulative/stdout.log 2>&1 &
-trainer=$!
-wait "$trainer"
-wait "$trainer" 2> /dev/null  # a TERM interrupts the first wait: wait for the export
+# The whole script is one function, read before it runs: bash reads a script as it goes, so an
+# edit of this file while a session runs would otherwise run a shifted copy of it (it did).
+main() {
+  cd "$(dirname "$0")/../../.." || exit 1
+  mkdir -p .dev/head/cumulative
+  rm -f .dev/head/cumulative/threads
+  # The allocator: glibc kept from fresh mappings, torch's transparent huge pages (the file says
+  # why; `python -m bench.head_train_step` measures it: ~1.2x a step here).
+  set -a
+  . scripts/lean_allocator.env
+  set +a
+  # One core for training whatever else runs: nice alone did not hold it here (the training got
+  # ~40% of a core beside four niced jobs, kernel 6.18); a round-robin real-time priority does
+  # (~95%; the kernel's RT throttling leaves the core 5% for others). Needs root; else plain.
+  run=(.venv/bin/python)
+  if [ "$(id -u)" = 0 ] && command -v chrt > /dev/null; then run=(chrt -r 5 .venv/bin/python); fi
+  nice -n 10 .venv/bin/python scripts/train_head.py teacher --threads 1 \
+    >> .dev/head/cumulative/teacher.stdout 2>&1 &
+  teacher=$!
+  trap 'kill -TERM "$teacher" 2> /dev/null' EXIT
+  trap 'kill -TERM "$trainer" 2> /dev/null' TERM INT
+  "${run[@]}" scripts/train_head.py cumulative --threads 1 \
+    --time-budget-s "${1:-7200}" --export-every-s "${2:-2400}" >> .dev/head/cumulative/stdout.log 2>&1 &
+  trainer=$!
+  wait "$trainer"
+  wait "$trainer" 2> /dev/null  # a TERM interrupts the first wait: wait for the export
+}
+main "$@"
+exit
