@@ -111,7 +111,11 @@ class CumulativeConfig:
     reg_weight: float = 0.0
     feature_rms: float = 2.0
     prompt_weight: float = 0.1
-    prompt_sampled: bool = False  # HeadTrainConfig.prompt_sampled
+    # prompt positions (46% of the on-policy ones) scored at rate prompt_weight, weight 1
+    # (HeadTrainConfig.prompt_sampled) since 2026-12-06 (step 13047): 1.17x a step on the
+    # Intel Xeon, and at equal steps against every prompt position at 0.1 +0.0001 [-0.0001,
+    # +0.0003] / -0.0000 [-0.0002, +0.0002] at depths 1 / 4 (200-step A/B, notes.md)
+    prompt_sampled: bool = True
     teacher_dtype: str = "auto"  # auto: bfloat16 on a CPU with native bfloat16, else float32
     topk: int = 20
     seed: int = 0
