@@ -18,6 +18,13 @@ length per iteration beside SpS's on the same prompts and seeds (so block verifi
 draft of each prompt is SpS's own; later drafts follow each method's output), with the paired
 difference and its 95% Student-t interval over prompts (:func:`accepted_vs_sps`).
 
+A speed table gives every method's speed-up over AR and over SpS with its 95% paired bootstrap
+interval over prompts (:func:`speed_intervals`: the same rule as the paper tables',
+``mtad.runs.intervals.paired_bootstrap`` on per-prompt wall times and new tokens), and whether
+``--claim-ar`` / ``--claim-sps`` (a speed-up floor, e.g. issue 39's 1.2 and 1.05) holds, does
+not hold, or is unresolved on these prompts: the ratio of one run is noisy (a handful of
+prompts leave it +-0.1), its interval says how far it can be trusted.
+
 A third table sets the draft step in the loop beside its forward alone (issue 39), for every
 method drafting a chain with a separate draft (SpS, block verification: one row; MTAD: its
 ``B`` beams): CPU time of the draft phase per drafted position (the draft's forwards plus
@@ -47,6 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from scipy import stats as scipy_stats
 
@@ -54,6 +62,7 @@ from bench import common
 from mtad.engine import Decoder, DecodeStats
 from mtad.engine.loop import DecodeContext, Phase
 from mtad.methods import METHODS, build_method
+from mtad.runs import intervals
 
 # Every method runs at its params dataclass's defaults (mtad/methods/params.py: the authors'
 # B=4, gamma=4, tau=0.5; sampling T=1, top-k 10, top-p 0.9), which conf/method/*.yaml compose.
@@ -102,6 +111,7 @@ def run(args: argparse.Namespace) -> Results:
     print_draft_depths(results)
     print_draft_steps(results, measured)
     print_accepted_vs_sps(results, measured, labels, len(prompts))
+    print_speed_intervals(results, measured, labels, {"ar": args.claim_ar, "sps": args.claim_sps})
     return results
 
 
@@ -359,6 +369,63 @@ def print_accepted_vs_sps(
     )
 
 
+def speed_intervals(
+    stats: dict[str, list[DecodeStats]], baseline: str
+) -> dict[str, intervals.Interval]:
+    """Per label other than ``baseline``: its speed-up over ``baseline`` (the baseline's wall
+    time per new token over the label's, each summed over the prompts), with the 95% paired
+    bootstrap interval over prompts (:func:`mtad.runs.intervals.paired_bootstrap`)."""
+
+    def per_prompt(label: str) -> tuple[np.ndarray, np.ndarray]:
+        s = stats[label]
+        return np.array([[x.wall_time for x in s]]), np.array([[x.new_tokens for x in s]])
+
+    base_num, base_den = per_prompt(baseline)
+    out = {}
+    for label in stats:
+        if label != baseline:
+            run_num, run_den = per_prompt(label)
+            values = intervals.PairedValues(run_num, run_den, base_num, base_den)
+            out[label] = intervals.paired_bootstrap(values, "factor")
+    return out
+
+
+def print_speed_intervals(
+    results: Results,
+    measured: Measured,
+    labels: dict[str, tuple[str, str]],
+    claims: dict[str, float],
+) -> None:
+    """Each label's speed-up over AR and SpS (their first labels) with its interval and the
+    verdict of the speed-up floor claimed against each (0: no claim), kept as
+    ``results[label]["speedup_vs_<method>"]``."""
+    rows: dict[str, list[str]] = {label: [label] for label in labels}
+    columns = ["method"]
+    for method, floor in claims.items():
+        found = [k for k, (m, _) in labels.items() if m == method]
+        if not found:
+            continue
+        columns += [f"x {method}", "95% interval"] + ([f">= {floor:g}x"] if floor else [])
+        found_intervals = speed_intervals(measured.stats, found[0])
+        for label, row in rows.items():
+            iv = found_intervals.get(label)
+            if iv is None:  # the baseline itself
+                row += ["1.00", ""] + ([""] if floor else [])
+                continue
+            results[label][f"speedup_vs_{method}"] = iv
+            row += [f"{iv.mean:.2f}", f"[{iv.lo:.2f}, {iv.hi:.2f}]"]
+            if floor:
+                row.append(intervals.verdict(iv.lo, iv.hi, "above", floor))
+    if len(columns) == 1:
+        return
+    n_prompts = len(next(iter(measured.stats.values())))
+    common.print_table(
+        f"speed-up on the same {n_prompts} prompts ({intervals.BOOTSTRAP_METHOD})",
+        columns,
+        list(rows.values()),
+    )
+
+
 def draft_step_rows(dec: Decoder) -> int:
     """Rows of a method's drafted positions when it drafts a chain with a separate draft, one
     position per step (SpS, block verification: 1; MTAD: its beams); 0 otherwise (no draft,
@@ -568,6 +635,18 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
         "--reorder",
         default="inplace",
         help="comma-separated cache reorder modes to compare: copy (before #18), inplace",
+    )
+    ap.add_argument(
+        "--claim-ar",
+        type=float,
+        default=0.0,
+        help="speed-up floor over AR to give a verdict on (e.g. 1.2; 0: none)",
+    )
+    ap.add_argument(
+        "--claim-sps",
+        type=float,
+        default=0.0,
+        help="speed-up floor over SpS to give a verdict on (e.g. 1.05; 0: none)",
     )
     ap.add_argument("--beam-draft", type=int, default=0, help="time only the beam draft")
     ap.add_argument("--repeats", type=int, default=20, help="paired repeats for --beam-draft")

@@ -7,18 +7,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import overhead, vs_assisted
 from bench.common import FALLBACK_PROMPTS, ForwardClock, truncate_at_eos
+from mtad.engine import DecodeStats
 from mtad.methods import METHODS
+from mtad.runs.intervals import DOES_NOT_HOLD, HOLDS, UNRESOLVED, verdict
 
 TINY = ["--pair", "tiny", "--prompts", "2", "--max-new", "10"]
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_overhead_bench_every_method(capsys) -> None:
-    res = overhead.main([*TINY, "--methods", "all"])
+    res = overhead.main([*TINY, "--methods", "all", "--claim-sps", "1.05"])
     assert set(res) == set(METHODS)
     for r in res.values():
         s = r["stats"]
@@ -36,6 +39,44 @@ def test_overhead_bench_every_method(capsys) -> None:
     for m, row in paired.items():
         assert row["mean"] == pytest.approx(row["sps_mean"] + row["difference"]), m
         assert row["n_prompts"] == 2 and row["lo"] <= row["difference"] <= row["hi"], m
+    # every method's speed-up over AR and SpS, with no interval (and no verdict) from 2 prompts
+    assert "speed-up on the same 2 prompts (95% paired bootstrap" in out
+    assert ">= 1.05x" in out and "unresolved" in out
+    for m, r in res.items():
+        for base in {"ar", "sps"} - {m}:
+            iv = r[f"speedup_vs_{base}"]
+            expected = res[base]["stats"].ms_per_token / r["stats"].ms_per_token
+            assert iv.mean == pytest.approx(expected) and not iv.has_interval, (m, base)
+
+
+def _stats(wall_times: list[float], tokens: list[int]) -> list[DecodeStats]:
+    return [DecodeStats(new_tokens=n, wall_time=w) for w, n in zip(wall_times, tokens, strict=True)]
+
+
+def test_the_speed_up_interval_pairs_prompts_and_decides_a_floor() -> None:
+    """The speed-up over a baseline is the ratio of the summed times per token, with a paired
+    interval: a run 1.5x as fast on every prompt, whatever the prompts' own spread, gets a tight
+    interval around 1.5 that decides a 1.2 floor (holds) and a 1.6 floor (does not hold); one
+    that is faster on half the prompts and slower on the others gets an unresolved verdict."""
+    rng = np.random.default_rng(0)
+    base_time = rng.uniform(1.0, 10.0, size=12)  # prompts of very different lengths
+    tokens = rng.integers(20, 64, size=12).tolist()
+    noise = rng.uniform(0.98, 1.02, size=12)
+    stats = {
+        "base": _stats(base_time.tolist(), tokens),
+        "fast": _stats((base_time / 1.5 * noise).tolist(), tokens),
+        "mixed": _stats((base_time * np.tile([0.6, 1.6], 6)).tolist(), tokens),
+    }
+    out = overhead.speed_intervals(stats, "base")
+    assert set(out) == {"fast", "mixed"}
+    fast = out["fast"]
+    assert fast.mean == pytest.approx(base_time.sum() / (base_time / 1.5 * noise).sum())
+    assert 1.45 < fast.lo < fast.mean < fast.hi < 1.55 and fast.n_prompts == 12
+    assert verdict(fast.lo, fast.hi, "above", 1.2) == HOLDS
+    assert verdict(fast.lo, fast.hi, "above", 1.6) == DOES_NOT_HOLD
+    mixed = out["mixed"]
+    assert mixed.lo < 1.0 < mixed.hi
+    assert verdict(mixed.lo, mixed.hi, "above", 1.05) == UNRESOLVED
 
 
 def test_benchmarks_run_as_modules_without_path_edits() -> None:
