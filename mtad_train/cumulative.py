@@ -128,8 +128,11 @@ class CumulativeConfig:
     # exports the best (pooled over kinds, mean over depths); none: the trained weights. Under
     # the constant rate the trained weights stayed at ~0.552 (mean over depths) from 89.9M to
     # 98.0M positions while the averages rose, the slower one faster (0.98: 0.571 -> 0.576,
-    # 0.995: 0.575 -> 0.583): hence a third, slower one since 2026-12-06 (curve.jsonl)
-    ema_decays: list[float] = field(default_factory=lambda: [0.98, 0.995, 0.999])
+    # 0.995: 0.575 -> 0.583): hence a third, slower one since 2026-12-06 (curve.jsonl). At
+    # 113.55M (depth 1, pooled) the trained weights 0.597, the averages 0.621 / 0.630 / 0.635
+    # (0.98 / 0.995 / 0.999), the slowest ahead at every export since 106.82M: hence 0.9997
+    # (from step 13790; it starts from the 0.999 average), and 0.98 dropped
+    ema_decays: list[float] = field(default_factory=lambda: [0.995, 0.999, 0.9997])
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
     # the last cooldown_s seconds of time_budget_s take the learning rate down to 0 (1 - sqrt
     # of the cooldown's progress: Hagele et al. 2024, "Scaling Laws and Compute-Optimal
