@@ -111,7 +111,8 @@ def run(args: argparse.Namespace) -> Results:
     print_draft_depths(results)
     print_draft_steps(results, measured)
     print_accepted_vs_sps(results, measured, labels, len(prompts))
-    print_speed_intervals(results, measured, labels, {"ar": args.claim_ar, "sps": args.claim_sps})
+    claims = {"ar": args.claim_ar, "sps": args.claim_sps}
+    print_speed_intervals(results, measured, labels, claims, [p.id for p in prompts])
     return results
 
 
@@ -370,15 +371,23 @@ def print_accepted_vs_sps(
 
 
 def speed_intervals(
-    stats: dict[str, list[DecodeStats]], baseline: str
+    stats: dict[str, list[DecodeStats]], baseline: str, prompt_ids: list[str]
 ) -> dict[str, intervals.Interval]:
     """Per label other than ``baseline``: its speed-up over ``baseline`` (the baseline's wall
     time per new token over the label's, each summed over the prompts), with the 95% paired
-    bootstrap interval over prompts (:func:`mtad.runs.intervals.paired_bootstrap`)."""
+    bootstrap interval over prompts (:func:`mtad.runs.intervals.paired_bootstrap`). A prompt
+    run more than once (``--prompts`` beyond the file cycles it, with other seeds) is one
+    cluster: its runs' times and tokens are summed and resampled together, so the interval
+    rests on the distinct prompts, not on repeats of them."""
+    clusters = sorted(set(prompt_ids), key=prompt_ids.index)
+    column = [clusters.index(p) for p in prompt_ids]
 
     def per_prompt(label: str) -> tuple[np.ndarray, np.ndarray]:
-        s = stats[label]
-        return np.array([[x.wall_time for x in s]]), np.array([[x.new_tokens for x in s]])
+        wall, tokens = np.zeros((1, len(clusters))), np.zeros((1, len(clusters)))
+        for c, x in zip(column, stats[label], strict=True):
+            wall[0, c] += x.wall_time
+            tokens[0, c] += x.new_tokens
+        return wall, tokens
 
     base_num, base_den = per_prompt(baseline)
     out = {}
@@ -395,6 +404,7 @@ def print_speed_intervals(
     measured: Measured,
     labels: dict[str, tuple[str, str]],
     claims: dict[str, float],
+    prompt_ids: list[str],
 ) -> None:
     """Each label's speed-up over AR and SpS (their first labels) with its interval and the
     verdict of the speed-up floor claimed against each (0: no claim), kept as
@@ -406,7 +416,7 @@ def print_speed_intervals(
         if not found:
             continue
         columns += [f"x {method}", "95% interval"] + ([f">= {floor:g}x"] if floor else [])
-        found_intervals = speed_intervals(measured.stats, found[0])
+        found_intervals = speed_intervals(measured.stats, found[0], prompt_ids)
         for label, row in rows.items():
             iv = found_intervals.get(label)
             if iv is None:  # the baseline itself
@@ -418,9 +428,9 @@ def print_speed_intervals(
                 row.append(intervals.verdict(iv.lo, iv.hi, "above", floor))
     if len(columns) == 1:
         return
-    n_prompts = len(next(iter(measured.stats.values())))
+    runs, distinct = len(prompt_ids), len(set(prompt_ids))
     common.print_table(
-        f"speed-up on the same {n_prompts} prompts ({intervals.BOOTSTRAP_METHOD})",
+        f"speed-up on the same {runs} prompts ({distinct} distinct; {intervals.BOOTSTRAP_METHOD})",
         columns,
         list(rows.values()),
     )

@@ -40,7 +40,7 @@ def test_overhead_bench_every_method(capsys) -> None:
         assert row["mean"] == pytest.approx(row["sps_mean"] + row["difference"]), m
         assert row["n_prompts"] == 2 and row["lo"] <= row["difference"] <= row["hi"], m
     # every method's speed-up over AR and SpS, with no interval (and no verdict) from 2 prompts
-    assert "speed-up on the same 2 prompts (95% paired bootstrap" in out
+    assert "speed-up on the same 2 prompts (2 distinct; 95% paired bootstrap" in out
     assert ">= 1.05x" in out and "unresolved" in out
     for m, r in res.items():
         for base in {"ar", "sps"} - {m}:
@@ -67,7 +67,7 @@ def test_the_speed_up_interval_pairs_prompts_and_decides_a_floor() -> None:
         "fast": _stats((base_time / 1.5 * noise).tolist(), tokens),
         "mixed": _stats((base_time * np.tile([0.6, 1.6], 6)).tolist(), tokens),
     }
-    out = overhead.speed_intervals(stats, "base")
+    out = overhead.speed_intervals(stats, "base", [f"p{i}" for i in range(12)])
     assert set(out) == {"fast", "mixed"}
     fast = out["fast"]
     assert fast.mean == pytest.approx(base_time.sum() / (base_time / 1.5 * noise).sum())
@@ -77,6 +77,18 @@ def test_the_speed_up_interval_pairs_prompts_and_decides_a_floor() -> None:
     mixed = out["mixed"]
     assert mixed.lo < 1.0 < mixed.hi
     assert verdict(mixed.lo, mixed.hi, "above", 1.05) == UNRESOLVED
+    # 6 prompts of different speed-ups, each run twice alike (the file cycled): the repeats
+    # are one cluster, so the interval is the 6 prompts' own, not the narrower one that 12
+    # independent prompts would give
+    six = {k: v[:6] for k, v in stats.items() if k != "fast"}
+    twice = {k: v + v for k, v in six.items()}
+    ids = [f"p{i}" for i in range(6)]
+    alone = overhead.speed_intervals(six, "base", ids)["mixed"]
+    cycled = overhead.speed_intervals(twice, "base", ids + ids)["mixed"]
+    naive = overhead.speed_intervals(twice, "base", [f"p{i}" for i in range(12)])["mixed"]
+    assert cycled.n_prompts == 6 and naive.n_prompts == 12
+    assert (cycled.mean, cycled.lo, cycled.hi) == pytest.approx((alone.mean, alone.lo, alone.hi))
+    assert naive.hi - naive.lo < 0.9 * (cycled.hi - cycled.lo)
 
 
 def test_benchmarks_run_as_modules_without_path_edits() -> None:
