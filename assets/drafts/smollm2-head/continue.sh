@@ -12,6 +12,14 @@
 # (11.5 s a step of 8,192 positions against ~23 s on the Intel Xeon, bf16). Niced, it takes
 # what the session's other work leaves of the other core; it stops with the training.
 #
+# A third process, at the lowest priority on that core, writes fresh on-policy shards (`train_head.py
+# respond`, the target's own responses to the prompt pool): it takes only what the filler and the
+# session's other work leave. Fresh data is what the head lacks most: at 114.04M positions (the
+# on-policy source in its 18th epoch) it scored 0.746 at depth 1 on a shard it had trained on
+# 17 times (0033) against 0.703 on one it had never seen (0053), the same kind of text
+# (`train_head.py eval --eval-data .../onpolicy/00NN.npz`, notes.md 2026-12-06 18:16). New
+# shards join the training when the on-policy source's epoch ends; commit them with the head.
+#
 # When the other core is free (the teacher cached ahead, nothing else to run), hand it to the
 # training: `echo 2 > .dev/head/cumulative/threads` (read before each step; 1.70x a step on the
 # Intel Xeon); `echo 1 > ...` gives it back. At the real-time priority below, two threads leave
@@ -35,7 +43,13 @@ main() {
   nice -n 10 .venv/bin/python scripts/train_head.py teacher --threads 1 \
     >> .dev/head/cumulative/teacher.stdout 2>&1 &
   teacher=$!
-  trap 'kill -TERM "$teacher" 2> /dev/null' EXIT
+  # at the lowest share of the CPU: a session of its own (setsid) is an autogroup of its own, the
+  # unit the kernel shares the CPU between (a plain nice does not reach past it), set to nice 19
+  setsid sh -c 'echo 19 > /proc/self/autogroup 2> /dev/null; exec "$@"' respond \
+    nice -n 19 .venv/bin/python scripts/train_head.py respond --threads 1 --passes 4 \
+    --time-budget-s "${1:-7200}" >> .dev/head/respond.stdout 2>&1 &
+  respond=$!
+  trap 'kill -TERM "$teacher" "$respond" 2> /dev/null; wait "$respond"' EXIT
   trap 'kill -TERM "$trainer" 2> /dev/null' TERM INT
   "${run[@]}" scripts/train_head.py cumulative --threads 1 \
     --time-budget-s "${1:-7200}" --export-every-s "${2:-2400}" >> .dev/head/cumulative/stdout.log 2>&1 &
