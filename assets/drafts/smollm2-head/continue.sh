@@ -15,9 +15,10 @@
 # A third process, at the lowest priority on that core, writes fresh on-policy shards (`train_head.py
 # respond`, the target's own responses to the prompt pool): it takes only what the filler and the
 # session's other work leave. Fresh data is what the head lacks most: at 114.04M positions (the
-# on-policy source in its 18th epoch) it scored 0.746 at depth 1 on a shard it had trained on
-# 17 times (0033) against 0.703 on one it had never seen (0053), the same kind of text
-# (`train_head.py eval --eval-data .../onpolicy/00NN.npz`, notes.md 2026-12-06 18:16). New
+# on-policy source in its 18th epoch) it scored 0.746 at depth 1 on a shard trained on in every
+# epoch since 2026-12-05 (0033), 0.714 on one trained on twice (0048), 0.703 on one it had never
+# seen (0053), the same kind of text (`train_head.py eval --eval-data .../onpolicy/00NN.npz`,
+# notes.md 2026-12-06 18:16): it memorises what it sees again and again. New
 # shards join the training when the on-policy source's epoch ends; commit them with the head.
 #
 # When the other core is free (the teacher cached ahead, nothing else to run), hand it to the
