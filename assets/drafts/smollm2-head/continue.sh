@@ -25,8 +25,11 @@
 # training: `echo 2 > .dev/head/cumulative/threads` (read before each step; 1.70x a step on the
 # Intel Xeon); `echo 1 > ...` gives it back. At the real-time priority below, two threads leave
 # other work ~5% of the machine. Each session starts at one thread (the file is removed).
-# The whole script is one function, read before it runs: bash reads a script as it goes, so an
-# edit of this file while a session runs would otherwise run a shifted copy of it (it did).
+# The whole script is one function, read before it runs, called on the same line as the `exit`
+# after it: bash reads a script as it goes, so an edit of this file while a session runs would
+# otherwise run a shifted copy of it (it did, twice: on 2026-12-06 the function was called on
+# one line and `exit` read from the next, whose offset the edit had moved into the function's
+# text, so the training, the filler and `respond` started again after the SIGTERM's export).
 main() {
   cd "$(dirname "$0")/../../.." || exit 1
   mkdir -p .dev/head/cumulative
@@ -58,5 +61,4 @@ main() {
   wait "$trainer"
   wait "$trainer" 2> /dev/null  # a TERM interrupts the first wait: wait for the export
 }
-main "$@"
-exit
+main "$@"; exit
