@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> Results:
     print_time_split(results, labels)
     print_draft_depths(results)
     print_draft_steps(results, measured)
-    print_accepted_vs_sps(results, measured, labels, len(prompts))
+    print_accepted_vs_sps(results, measured, labels, [p.id for p in prompts])
     claims = {"ar": args.claim_ar, "sps": args.claim_sps}
     print_speed_intervals(results, measured, labels, claims, [p.id for p in prompts])
     return results
@@ -342,7 +342,7 @@ def print_draft_steps(results: Results, measured: Measured) -> None:
 
 
 def print_accepted_vs_sps(
-    results: Results, measured: Measured, labels: dict[str, tuple[str, str]], n_prompts: int
+    results: Results, measured: Measured, labels: dict[str, tuple[str, str]], prompt_ids: list[str]
 ) -> None:
     """With SpS among the methods, every other drafting label's accepted length beside SpS's
     (:func:`accepted_vs_sps`, SpS's first label), each row kept as
@@ -350,12 +350,13 @@ def print_accepted_vs_sps(
     sps_labels = [k for k, (m, _) in labels.items() if m == "sps"]
     if not sps_labels:
         return
-    paired = accepted_vs_sps(measured.stats, labels, sps_labels[0])
+    paired = accepted_vs_sps(measured.stats, labels, sps_labels[0], prompt_ids)
     for label, row in paired.items():
         results[label]["accepted_vs_sps"] = row
     common.print_table(
-        f"mean accepted length per iteration beside SpS's on the same {n_prompts} prompts "
-        "(paired: method - SpS per prompt, 95% Student-t interval over prompts)",
+        f"mean accepted length per iteration beside SpS's on the same {len(prompt_ids)} prompts "
+        f"({len(set(prompt_ids))} distinct; paired: method - SpS per prompt, 95% Student-t "
+        "interval over the distinct prompts)",
         ["method", "accepted", "sps accepted", "difference", "95% interval"],
         [
             [
@@ -548,22 +549,30 @@ def paired_t_interval(diffs: list[float], confidence: float = 0.95) -> tuple[flo
 
 
 def accepted_vs_sps(
-    stats: dict[str, list[DecodeStats]], labels: dict[str, tuple[str, str]], sps: str
+    stats: dict[str, list[DecodeStats]],
+    labels: dict[str, tuple[str, str]],
+    sps: str,
+    prompt_ids: list[str],
 ) -> dict[str, dict[str, float]]:
     """Per drafting method other than SpS: the mean over prompts of its accepted length per
     iteration (:attr:`DecodeStats.mean_accepted`), SpS's on the same prompts, and the mean
-    paired difference with its interval. Prompts where either method ran no iteration drop."""
+    paired difference with its Student-t interval. A prompt run more than once (the file
+    cycled) counts once, with its runs' mean, as in :func:`speed_intervals`; runs where either
+    method ran no iteration drop."""
     out = {}
     for label, (method, _) in labels.items():
         if method == "sps" or not METHODS[method][1].uses_draft:
             continue
-        pairs = [
-            (s.mean_accepted, b.mean_accepted)
-            for s, b in zip(stats[label], stats[sps], strict=True)
-            if s.iterations and b.iterations
-        ]
-        if not pairs:
+        by_prompt: dict[str, list[tuple[float, float]]] = {}
+        for pid, s, b in zip(prompt_ids, stats[label], stats[sps], strict=True):
+            if s.iterations and b.iterations:
+                by_prompt.setdefault(pid, []).append((s.mean_accepted, b.mean_accepted))
+        if not by_prompt:
             continue
+        pairs = [
+            (statistics.fmean(a for a, _ in runs), statistics.fmean(b for _, b in runs))
+            for runs in by_prompt.values()
+        ]
         diffs = [a - b for a, b in pairs]
         lo, hi = paired_t_interval(diffs)
         out[label] = {

@@ -315,3 +315,21 @@ def test_head_calls_bench_times_both_caches_on_the_shipped_head(capsys) -> None:
     ]
     assert all(r[1] > 0 for r in rows)
     assert same == 1 and "same tokens: 1 of 1 prompts" in capsys.readouterr().out
+
+
+def test_accepted_lengths_beside_sps_count_a_repeated_prompt_once() -> None:
+    """Six prompts, each run twice alike (the file cycled): the same figures and interval as the
+    six run once, over 6 prompts, not 12."""
+    labels = {"sps": ("sps", "inplace"), "mtad": ("mtad", "inplace")}
+    accepted = {"sps": [4, 9, 3, 7, 5, 6], "mtad": [6, 8, 7, 9, 6, 10]}
+    once = {m: [DecodeStats(iterations=5, accepted=a) for a in v] for m, v in accepted.items()}
+    ids = [f"p{i}" for i in range(6)]
+    alone = overhead.accepted_vs_sps(once, labels, "sps", ids)["mtad"]
+    twice = overhead.accepted_vs_sps({m: v + v for m, v in once.items()}, labels, "sps", ids + ids)[
+        "mtad"
+    ]
+    assert alone["n_prompts"] == twice["n_prompts"] == 6
+    for key in ("mean", "sps_mean", "difference", "lo", "hi"):
+        assert twice[key] == pytest.approx(alone[key]), key
+    assert alone["difference"] == pytest.approx((46 - 34) / 5 / 6)
+    assert alone["lo"] < alone["difference"] < alone["hi"]
