@@ -110,9 +110,10 @@ def run(args: argparse.Namespace) -> Results:
     print_time_split(results, labels)
     print_draft_depths(results)
     print_draft_steps(results, measured)
-    print_accepted_vs_sps(results, measured, labels, [p.id for p in prompts])
+    prompt_ids = [p.id for p in prompts]  # a cycled prompt file repeats ids: one cluster each
+    print_accepted_vs_sps(results, measured, labels, prompt_ids)
     claims = {"ar": args.claim_ar, "sps": args.claim_sps}
-    print_speed_intervals(results, measured, labels, claims, [p.id for p in prompts])
+    print_speed_intervals(results, measured, labels, claims, prompt_ids)
     return results
 
 

@@ -131,7 +131,9 @@ class CumulativeConfig:
     # 0.995: 0.575 -> 0.583): hence a third, slower one since 2026-12-06 (curve.jsonl). At
     # 113.55M (depth 1, pooled) the trained weights 0.597, the averages 0.621 / 0.630 / 0.635
     # (0.98 / 0.995 / 0.999), the slowest ahead at every export since 106.82M: hence 0.9997
-    # (from step 13790; it starts from the 0.999 average), and 0.98 dropped
+    # (from step 13793, started from the 0.999 average), and 0.98 dropped. At 122.32M the two
+    # slow ones are even (0.9997: 0.636 / 0.605 / 0.588 / 0.574, 0.999: 0.635 / 0.606 / 0.589 /
+    # 0.575 at depths 1-4)
     ema_decays: list[float] = field(default_factory=lambda: [0.995, 0.999, 0.9997])
     export_every_s: float = 1800.0  # export + curve row; 0: only when the session stops
     # the last cooldown_s seconds of time_budget_s take the learning rate down to 0 (1 - sqrt
