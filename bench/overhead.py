@@ -381,8 +381,8 @@ def speed_intervals(
     run more than once (``--prompts`` beyond the file cycles it, with other seeds) is one
     cluster: its runs' times and tokens are summed and resampled together, so the interval
     rests on the distinct prompts, not on repeats of them."""
-    clusters = sorted(set(prompt_ids), key=prompt_ids.index)
-    column = [clusters.index(p) for p in prompt_ids]
+    clusters = {p: i for i, p in enumerate(dict.fromkeys(prompt_ids))}  # first-seen order
+    column = [clusters[p] for p in prompt_ids]
 
     def per_prompt(label: str) -> tuple[np.ndarray, np.ndarray]:
         wall, tokens = np.zeros((1, len(clusters))), np.zeros((1, len(clusters)))

@@ -12,7 +12,7 @@
 # (11.5 s a step of 8,192 positions against ~23 s on the Intel Xeon, bf16). Niced, it takes
 # what the session's other work leaves of the other core; it stops with the training.
 #
-# A third process, at the lowest priority on that core, writes fresh on-policy shards (`train_head.py
+# A third process, at the lowest priority of all, writes fresh on-policy shards (`train_head.py
 # respond`, the target's own responses to the prompt pool): it takes only what the filler and the
 # session's other work leave. Fresh data is what the head lacks most: at 114.04M positions (the
 # on-policy source in its 18th epoch) it scored 0.746 at depth 1 on a shard trained on in every
