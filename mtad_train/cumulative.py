@@ -35,6 +35,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -209,9 +210,14 @@ class TeacherAheadConfig(CumulativeConfig):
 class Source:
     """Committed ids in the ``data.npz`` layout (tokens, lens, plens): one file, or a folder of
     shards that grows (:mod:`mtad_train.respond`'s ``manifest.json`` lists them), re-read at
-    the start of each of its epochs so a running session trains on shards written meanwhile."""
+    the start of each of its epochs so a running session trains on shards written meanwhile.
 
-    path: str
+    A folder's spec may take a range of its shards in the manifest's order, Python's slice
+    without a step: ``onpolicy[:55]=1`` and ``onpolicy[55:]=1`` draw the first 55 shards and
+    those written after them as two sources, each at its own weight (the head memorises what
+    it sees again and again, so fresher shards can be drawn more often than old ones)."""
+
+    path: str  # the spec's path with its shard range: the source's name
     weight: float
     seqs: list[np.ndarray]
     plens: list[int]
@@ -223,17 +229,28 @@ class Source:
     origins: list[tuple[int, int]] = field(default_factory=list)
     file_lengths: list[list[int]] = field(default_factory=list)
     _orders: dict[tuple[int, int, int], np.ndarray] = field(default_factory=dict, repr=False)
+    shards: slice = field(
+        default_factory=lambda: slice(None)
+    )  # a folder's shards drawn, by position in its manifest
 
     @classmethod
     def load(cls, spec: str, max_len: int) -> Source:
         path, _, w = spec.partition("=")
-        folder = Path(path).is_dir() or not Path(path).suffix
-        src = cls(path, float(w or 1.0), [], [], max_len, folder)
+        root, shards = _shard_range(path)
+        folder = Path(root).is_dir() or not Path(root).suffix
+        if shards != slice(None) and not folder:
+            raise ValueError(f"source {spec!r}: a shard range needs a folder of shards")
+        src = cls(path, float(w or 1.0), [], [], max_len, folder, shards=shards)
         if folder:
             src.refresh()
         else:
             src._add(path)
         return src
+
+    @property
+    def root(self) -> str:
+        """The file or folder read (the path without its shard range)."""
+        return _shard_range(self.path)[0]
 
     def _add(self, file: str | Path) -> None:
         ids = read_ids(file)
@@ -249,7 +266,7 @@ class Source:
         from mtad_train.respond import shard_paths
 
         if self.folder:
-            for f in shard_paths(self.path)[len(self.files) :]:
+            for f in shard_paths(self.root)[self.shards][len(self.files) :]:
                 self._add(f)
 
     @property
@@ -263,6 +280,18 @@ class Source:
             rng = np.random.default_rng([seed, epoch, _stable_int(self.path)])
             self._orders = {key: rng.permutation(size)}
         return self._orders[key]
+
+
+SHARD_RANGE = re.compile(r"(?P<root>.+)\[(?P<lo>\d*):(?P<hi>\d*)\]")
+
+
+def _shard_range(path: str) -> tuple[str, slice]:
+    """``folder[a:b]`` -> (``folder``, ``slice(a, b)``); any other path -> (path, all)."""
+    m = SHARD_RANGE.fullmatch(path)
+    if not m:
+        return path, slice(None)
+    lo, hi = (int(x) if x else None for x in (m["lo"], m["hi"]))
+    return m["root"], slice(lo, hi)
 
 
 def _stable_int(text: str) -> int:

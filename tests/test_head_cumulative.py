@@ -145,6 +145,43 @@ def test_an_epoch_wraps_into_a_new_permutation(tmp_path):
     assert cur[a.name].epoch == 1 and cur[a.name].next == 2
 
 
+def _folder(path: Path, shards: list[int]) -> None:
+    """A folder of shards with their manifest (respond's layout), shard i of ``shards[i]``
+    sequences."""
+    path.mkdir()
+    for i, n in enumerate(shards):
+        _ids(path / f"{i:04d}.npz", n, seed=10 + i)
+    manifest = {"shards": [{"file": f"{i:04d}.npz"} for i in range(len(shards))]}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_shard_range_draws_its_shards_only_at_its_own_weight(tmp_path):
+    _folder(tmp_path / "on", [30, 30, 30, 10])
+    old, new = (
+        Source.load(f"{tmp_path / 'on'}[:3]=1", 64),
+        Source.load(f"{tmp_path / 'on'}[3:]=1", 64),
+    )
+    assert [Path(f).name for f in old.files] == ["0000.npz", "0001.npz", "0002.npz"]
+    assert [Path(f).name for f in new.files] == ["0003.npz"] and len(new.seqs) == 10
+    assert old.name != new.name and new.root == str(tmp_path / "on")
+    cur: dict[str, SourceCursor] = {}
+    for _ in range(10):
+        draw_step([old, new], cur, 200, seed=0)
+    # 1:1 by positions: the 10-sequence range goes round three times before the 90-sequence one once
+    assert abs(cur[old.name].positions / cur[new.name].positions - 1.0) < 0.1
+    assert cur[new.name].epoch >= 3 and cur[old.name].epoch == 0
+    # a shard written later joins the open-ended range when its epoch ends, not the closed one
+    _ids(tmp_path / "on" / "0004.npz", 5, seed=99)
+    manifest = json.loads((tmp_path / "on" / "manifest.json").read_text())
+    manifest["shards"].append({"file": "0004.npz"})
+    (tmp_path / "on" / "manifest.json").write_text(json.dumps(manifest))
+    for _ in range(10):
+        draw_step([old, new], cur, 200, seed=0)
+    assert len(old.files) == 3 and [Path(f).name for f in new.files] == ["0003.npz", "0004.npz"]
+    with pytest.raises(ValueError, match="needs a folder"):
+        Source.load(f"{tmp_path / 'on' / '0000.npz'}[1:]=1", 64)
+
+
 SESSION = textwrap.dedent(
     """
     import sys, torch
