@@ -348,6 +348,6 @@ def test_bench_prompt_file_rows_are_checked(tmp_path: Path) -> None:
     bad.write_text('{"id": "a", "prompt": "fine"}\n{"id": "b", "prompt": ""}\n')
     with pytest.raises(RowError, match="line 2"):
         load_prompts(argparse.Namespace(prompt_file=str(bad), prompts=2), build_tiny_tokenizer())
+    missing = argparse.Namespace(prompt_file=str(tmp_path / "none.jsonl"), prompts=1)
     with pytest.raises(FileNotFoundError, match="--prompt-file"):
-        missing = argparse.Namespace(prompt_file=str(tmp_path / "none.jsonl"), prompts=1)
         load_prompts(missing, build_tiny_tokenizer())

@@ -167,7 +167,8 @@ def test_a_shard_range_draws_its_shards_only_at_its_own_weight(tmp_path):
     cur: dict[str, SourceCursor] = {}
     for _ in range(10):
         draw_step([old, new], cur, 200, seed=0)
-    # 1:1 by positions: the 10-sequence range goes round three times before the 90-sequence one once
+    # 1:1 by positions: the 10-sequence range goes round three times before the 90-sequence
+    # one goes round once
     assert abs(cur[old.name].positions / cur[new.name].positions - 1.0) < 0.1
     assert cur[new.name].epoch >= 3 and cur[old.name].epoch == 0
     # a shard written later joins the open-ended range when its epoch ends, not the closed one
