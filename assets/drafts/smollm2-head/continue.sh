@@ -14,12 +14,12 @@
 #
 # A third process, at the lowest priority of all, writes fresh on-policy shards (`train_head.py
 # respond`, the target's own responses to the prompt pool): it takes only what the filler and the
-# session's other work leave. Fresh data is what the head lacks most: at 114.04M positions (the
-# on-policy source in its 18th epoch) it scored 0.746 at depth 1 on a shard trained on in every
-# epoch since 2026-12-05 (0033), 0.714 on one trained on twice (0048), 0.703 on one it had never
-# seen (0053), the same kind of text (`train_head.py eval --eval-data .../onpolicy/00NN.npz`,
-# notes.md 2026-12-06 18:16): it memorises what it sees again and again. New
-# shards join the training when the on-policy source's epoch ends; commit them with the head.
+# session's other work leave. The head memorises what it sees again and again (at 114.04M
+# positions 0.746 at depth 1 on a shard trained on every epoch, 0.703 on one never seen; notes.md
+# 2026-12-06 18:16), but drawing the newest shards at half of every step did not move the
+# held-out curve more than drawing the whole folder alike (A/B, notes.md 2026-12-06 21:07): fresh
+# shards keep the data growing, they are not a faster lever. New shards join the training when
+# the on-policy source's epoch ends; commit them with the head.
 #
 # When the other core is free (the teacher cached ahead, nothing else to run), hand it to the
 # training: `echo 2 > .dev/head/cumulative/threads` (read before each step; 1.70x a step on the
